@@ -1,0 +1,428 @@
+"""`coordinator-svc`: serve, migrate, and operator commands (describe, list-groups, connectors,
+configs) that talk to a running coordinator over gRPC."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from . import logs
+from .core.model import GroupConfigDefaults
+
+log = logging.getLogger("coordinator")
+
+DEFAULT_PORT = 9093
+DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
+
+
+def _env(name: str, default: Any) -> Any:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return type(default)(value) if default is not None else value
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the coordinator",
+        description="Run the coordinator. Every flag can also be set by the environment "
+        "variable named in its help.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--host",
+        default=_env("COORDINATOR_HOST", "0.0.0.0"),
+        help="address to listen on (COORDINATOR_HOST)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=_env("COORDINATOR_PORT", DEFAULT_PORT),
+        help="gRPC port (COORDINATOR_PORT)",
+    )
+    p.add_argument(
+        "--database-url",
+        default=_env("DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; the default is "
+        "an embedded SQLite file for trying it out (DATABASE_URL)",
+    )
+    p.add_argument(
+        "--advertised-address",
+        default=_env("COORDINATOR_ADVERTISED_ADDRESS", ""),
+        help="host:port that FindCoordinator and NOT_COORDINATOR name; default: this "
+        "host and --port (COORDINATOR_ADVERTISED_ADDRESS)",
+    )
+    p.add_argument(
+        "--node-id",
+        default=_env("COORDINATOR_NODE_ID", ""),
+        help="this process's identity in leases; default: host, pid and a random "
+        "suffix (COORDINATOR_NODE_ID)",
+    )
+    defaults = GroupConfigDefaults()
+    p.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=_env("SESSION_TIMEOUT_MS", defaults.session_timeout_ms),
+        help="group default session timeout (SESSION_TIMEOUT_MS)",
+    )
+    p.add_argument(
+        "--heartbeat-interval-ms",
+        type=int,
+        default=_env("HEARTBEAT_INTERVAL_MS", defaults.heartbeat_interval_ms),
+        help="group default heartbeat interval (HEARTBEAT_INTERVAL_MS)",
+    )
+    p.add_argument(
+        "--rebalance-timeout-ms",
+        type=int,
+        default=_env("REBALANCE_TIMEOUT_MS", defaults.rebalance_timeout_ms),
+        help="group default rebalance timeout (REBALANCE_TIMEOUT_MS)",
+    )
+    p.add_argument(
+        "--scheduled-rebalance-max-delay-ms",
+        type=int,
+        default=_env("SCHEDULED_REBALANCE_MAX_DELAY_MS", defaults.scheduled_rebalance_max_delay_ms),
+        help="group default for scheduled.rebalance.max.delay.ms "
+        "(SCHEDULED_REBALANCE_MAX_DELAY_MS)",
+    )
+    p.add_argument(
+        "--assignment-error-backoff-ms",
+        type=int,
+        default=_env("ASSIGNMENT_ERROR_BACKOFF_MS", defaults.assignment_error_backoff_ms),
+        help="wait before asking again after an assignor reports an error "
+        "(ASSIGNMENT_ERROR_BACKOFF_MS)",
+    )
+    p.add_argument(
+        "--max-group-size",
+        type=int,
+        default=_env("MAX_GROUP_SIZE", defaults.max_group_size),
+        help="members per group (MAX_GROUP_SIZE)",
+    )
+    p.add_argument(
+        "--lease-ms",
+        type=int,
+        default=_env("LEASE_MS", 10_000),
+        help="length of a group ownership lease; renewed every third of it (LEASE_MS)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env("METRICS_PORT", 0),
+        help="Prometheus metrics port, 0 = off (METRICS_PORT)",
+    )
+    p.add_argument(
+        "--max-workers",
+        type=int,
+        default=_env("GRPC_MAX_WORKERS", 32),
+        help="gRPC worker threads (GRPC_MAX_WORKERS)",
+    )
+    p.add_argument(
+        "--no-migrate",
+        action="store_true",
+        default=_env("NO_MIGRATE", "") not in ("", "0", "false"),
+        help="do not upgrade the schema on start (NO_MIGRATE=1)",
+    )
+    p.add_argument(
+        "--shutdown-grace-s",
+        type=float,
+        default=_env("SHUTDOWN_GRACE_S", 5.0),
+        help="how long in-flight requests may finish on SIGTERM (SHUTDOWN_GRACE_S)",
+    )
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), help="(LOG_LEVEL)")
+
+
+def serve(args: argparse.Namespace) -> int:
+    from .grpc_api.server import create_server, set_serving
+    from .metrics import Metrics
+    from .runtime.groups import GroupManager
+    from .store import SqlStore
+
+    logs.configure(args.log_level)
+    host = args.host
+    advertised = args.advertised_address or (
+        f"{host if host not in ('0.0.0.0', '::', '[::]') else socket.getfqdn()}:{args.port}"
+    )
+    node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    defaults = GroupConfigDefaults(
+        session_timeout_ms=args.session_timeout_ms,
+        heartbeat_interval_ms=args.heartbeat_interval_ms,
+        rebalance_timeout_ms=args.rebalance_timeout_ms,
+        scheduled_rebalance_max_delay_ms=args.scheduled_rebalance_max_delay_ms,
+        assignment_error_backoff_ms=args.assignment_error_backoff_ms,
+        max_group_size=args.max_group_size,
+    )
+    store = SqlStore(
+        args.database_url, owner_id=node_id, advertised_address=advertised, lease_ms=args.lease_ms
+    )
+    if not args.no_migrate:
+        store.migrate()
+        log.info("schema is up to date", extra=logs.fields(event="migrated"))
+    metrics = Metrics()
+    manager = GroupManager(store, defaults, metrics)
+    server, port, health = create_server(manager, f"{host}:{args.port}", args.max_workers)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("shutting down", extra=logs.fields(event="shutdown", signal=signum))
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    manager.start()
+    server.start()
+    set_serving(health, True)
+    if args.metrics_port:
+        metrics.serve(args.metrics_port, host)
+    log.info(
+        "coordinator serving",
+        extra=logs.fields(
+            event="serving",
+            address=f"{host}:{port}",
+            advertised=advertised,
+            node_id=node_id,
+            database=_redact(args.database_url),
+            metrics_port=args.metrics_port or None,
+        ),
+    )
+    while not stop.wait(1.0):
+        pass
+    set_serving(health, False)
+    server.stop(args.shutdown_grace_s).wait()
+    manager.stop()
+    store.close()
+    log.info("stopped", extra=logs.fields(event="stopped"))
+    return 0
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    return url
+
+
+def migrate(args: argparse.Namespace) -> int:
+    from .store.migrate import upgrade_to_head
+
+    logs.configure("INFO")
+    upgrade_to_head(args.database_url)
+    log.info(
+        "schema is up to date",
+        extra=logs.fields(event="migrated", database=_redact(args.database_url)),
+    )
+    return 0
+
+
+def _stubs(address: str) -> tuple[Any, Any]:
+    import grpc
+    from connect.group.v1 import admin_pb2_grpc
+
+    channel = grpc.insecure_channel(address)
+    return channel, admin_pb2_grpc.ConnectGroupAdminStub(channel)
+
+
+def _check(resp: Any) -> int:
+    if resp.error_code != 0:
+        from connect.group.v1 import common_pb2
+
+        name = common_pb2.ErrorCode.Name(resp.error_code)
+        print(f"error: {name}: {resp.error_message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def describe(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    from .describe_view import render_group
+
+    channel, admin = _stubs(args.coordinator)
+    with channel:
+        resp = admin.DescribeGroups(
+            admin_pb2.DescribeGroupsRequest(group_ids=args.groups), timeout=args.timeout
+        )
+        status = 0
+        for group in resp.groups:
+            if group.error_code == 16 and args.follow:  # NOT_COORDINATOR: ask its owner
+                found = admin.FindCoordinator(
+                    admin_pb2.FindCoordinatorRequest(group_id=group.group_id)
+                )
+                with _stubs(f"{found.host}:{found.port}")[0] as other:
+                    from connect.group.v1 import admin_pb2_grpc
+
+                    group = (
+                        admin_pb2_grpc.ConnectGroupAdminStub(other)
+                        .DescribeGroups(
+                            admin_pb2.DescribeGroupsRequest(group_ids=[group.group_id]),
+                            timeout=args.timeout,
+                        )
+                        .groups[0]
+                    )
+            if group.error_code != 0:
+                status |= _check(group)
+                continue
+            print(render_group(group, now_ms=int(time.time() * 1000)))
+        return status
+
+
+def list_groups(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    channel, admin = _stubs(args.coordinator)
+    with channel:
+        resp = admin.ListGroups(admin_pb2.ListGroupsRequest(), timeout=args.timeout)
+        if _check(resp):
+            return 1
+        print(f"{'GROUP':<30} {'STATE':<12} {'EPOCH':>6} {'MEMBERS':>8}")
+        for g in resp.groups:
+            print(f"{g.group_id:<30} {g.state:<12} {g.group_epoch:>6} {g.member_count:>8}")
+    return 0
+
+
+def put_connector_cmd(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    config = dict(item.split("=", 1) for item in args.config)
+    channel, admin = _stubs(args.coordinator)
+    with channel:
+        resp = admin.PutConnector(
+            admin_pb2.PutConnectorRequest(
+                group_id=args.group, connector=args.connector, task_count=args.tasks, config=config
+            ),
+            timeout=args.timeout,
+        )
+        if _check(resp):
+            return 1
+        print(
+            f"connector {args.connector}: {'created' if resp.created else 'updated'}; "
+            f"group epoch {resp.group_epoch}"
+            f"{' (rebalance triggered)' if resp.rebalance_triggered else ''}"
+        )
+    return 0
+
+
+def delete_connector_cmd(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    channel, admin = _stubs(args.coordinator)
+    with channel:
+        resp = admin.DeleteConnector(
+            admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.connector),
+            timeout=args.timeout,
+        )
+        if _check(resp):
+            return 1
+        print(f"connector {args.connector} deleted; group epoch {resp.group_epoch}")
+    return 0
+
+
+def alter_configs_cmd(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    updates = dict(item.split("=", 1) for item in args.set)
+    channel, admin = _stubs(args.coordinator)
+    with channel:
+        resp = admin.AlterGroupConfigs(
+            admin_pb2.AlterGroupConfigsRequest(group_id=args.group, set=updates, unset=args.unset),
+            timeout=args.timeout,
+        )
+        if _check(resp):
+            return 1
+        for key, value in sorted(resp.effective_configs.items()):
+            print(f"{key}={value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coordinator-svc",
+        description="A KIP-848-style group coordinator for Kafka-Connect-style worker groups.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    m = sub.add_parser(
+        "migrate",
+        help="upgrade the database schema to the latest version",
+        description="Run `alembic upgrade head` against --database-url.",
+    )
+    m.add_argument(
+        "--database-url",
+        default=_env("DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="SQLAlchemy URL (DATABASE_URL)",
+    )
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument(
+            "--coordinator",
+            default=_env("COORDINATOR", f"127.0.0.1:{DEFAULT_PORT}"),
+            help="coordinator host:port (COORDINATOR)",
+        )
+        p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+        return p
+
+    d = client(
+        "describe",
+        "show groups: epochs, per member current vs target assignment, "
+        "pending revocations, the scheduled rebalance",
+    )
+    d.add_argument("groups", nargs="+", metavar="GROUP")
+    d.add_argument(
+        "--no-follow",
+        dest="follow",
+        action="store_false",
+        help="do not ask the owning coordinator when this one is not it",
+    )
+    client("list-groups", "list every group with its state, epoch and member count")
+    pc = client("put-connector", "create or update a connector in a group's catalogue")
+    pc.add_argument("group")
+    pc.add_argument("connector")
+    pc.add_argument("--tasks", type=int, required=True, help="number of tasks")
+    pc.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    dc = client("delete-connector", "remove a connector and its tasks")
+    dc.add_argument("group")
+    dc.add_argument("connector")
+    ac = client("alter-configs", "set or unset a group's configurations")
+    ac.add_argument("group")
+    ac.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ac.add_argument("--unset", action="append", default=[], metavar="KEY")
+    return parser
+
+
+COMMANDS = {
+    "serve": serve,
+    "migrate": migrate,
+    "describe": describe,
+    "list-groups": list_groups,
+    "put-connector": put_connector_cmd,
+    "delete-connector": delete_connector_cmd,
+    "alter-configs": alter_configs_cmd,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # the CLI reports, it does not dump a traceback on bad input
+        if os.environ.get("COORDINATOR_DEBUG"):
+            raise
+        print(f"coordinator-svc {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""ConnectGroupAdmin's state-changing calls: the catalogue and the group configurations
+(DESIGN 3.1). Reads (list, describe) are served from state by the adapters."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from .change import GroupChange
+from .errors import CoordinatorError, GroupIdNotFound, InvalidRequest
+from .messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    DeleteConnectorRequest,
+    DeleteConnectorResponse,
+    PutConnectorRequest,
+    PutConnectorResponse,
+)
+from .model import (
+    HEARTBEAT_INTERVAL_MS,
+    SESSION_TIMEOUT_MS,
+    Connector,
+    GroupConfigDefaults,
+    GroupState,
+)
+from .records import EventType
+from .results import Result
+from .validation import validate_alter_configs, validate_delete_connector, validate_put_connector
+
+
+def put_connector(
+    state: GroupState | None, req: PutConnectorRequest, now_ms: int, defaults: GroupConfigDefaults
+) -> Result[PutConnectorResponse]:
+    try:
+        validate_put_connector(req)
+    except CoordinatorError as error:
+        return Result([], PutConnectorResponse(error.code, error.message))
+    change = GroupChange(state, req.group_id, now_ms, defaults)
+    existing = change.connector(req.connector)
+    connector = Connector(req.connector, req.task_count, MappingProxyType(dict(req.config)))
+    if existing is not None and existing == connector:
+        return Result(change.records(), PutConnectorResponse(group_epoch=change.group_epoch))
+    change.put_connector(connector)
+    change.event(
+        EventType.CONNECTOR_PUT,
+        connector=req.connector,
+        task_count=req.task_count,
+        previous_task_count=None if existing is None else existing.task_count,
+        config_changed=existing is None or dict(existing.config) != dict(req.config),
+        caller=req.caller,
+    )
+    rebalance = existing is None or existing.task_count != req.task_count
+    if rebalance:
+        reason = "connector added" if existing is None else "connector task count changed"
+        change.bump_epoch(reason, connector=req.connector)
+    return Result(
+        change.records(),
+        PutConnectorResponse(
+            group_epoch=change.group_epoch, created=existing is None, rebalance_triggered=rebalance
+        ),
+        change.timers,
+    )
+
+
+def delete_connector(
+    state: GroupState | None,
+    req: DeleteConnectorRequest,
+    now_ms: int,
+    defaults: GroupConfigDefaults,
+) -> Result[DeleteConnectorResponse]:
+    try:
+        validate_delete_connector(req)
+        if state is None:
+            raise GroupIdNotFound(f"group {req.group_id!r} does not exist.")
+        if req.connector not in state.catalogue:
+            raise InvalidRequest(
+                f"connector {req.connector!r} is not in the catalogue of group {req.group_id!r}."
+            )
+    except CoordinatorError as error:
+        return Result([], DeleteConnectorResponse(error.code, error.message))
+    change = GroupChange(state, req.group_id, now_ms, defaults)
+    change.remove_connector(req.connector)
+    change.event(EventType.CONNECTOR_DELETED, connector=req.connector, caller=req.caller)
+    change.bump_epoch("connector deleted", connector=req.connector)
+    return Result(
+        change.records(), DeleteConnectorResponse(group_epoch=change.group_epoch), change.timers
+    )
+
+
+def alter_configs(
+    state: GroupState | None, req: AlterConfigsRequest, now_ms: int, defaults: GroupConfigDefaults
+) -> Result[AlterConfigsResponse]:
+    change = GroupChange(state, req.group_id, now_ms, defaults)
+    try:
+        validate_alter_configs(req)
+        configs = change.configs()
+        configs.update(req.set)
+        for key in req.unset:
+            configs.pop(key, None)
+        effective = {**defaults.as_map(), **configs}
+        if int(effective[HEARTBEAT_INTERVAL_MS]) >= int(effective[SESSION_TIMEOUT_MS]):
+            raise InvalidRequest(
+                f"{HEARTBEAT_INTERVAL_MS} ({effective[HEARTBEAT_INTERVAL_MS]}) must be smaller "
+                f"than {SESSION_TIMEOUT_MS} ({effective[SESSION_TIMEOUT_MS]})."
+            )
+    except CoordinatorError as error:
+        return Result([], AlterConfigsResponse(error.code, error.message))
+    if configs != change.configs():
+        change.set_configs(configs)
+        change.event(
+            EventType.CONFIG_ALTERED, set=dict(req.set), unset=list(req.unset), caller=req.caller
+        )
+    return Result(
+        change.records(), AlterConfigsResponse(effective_configs=effective), change.timers
+    )

@@ -1,0 +1,305 @@
+"""GroupChange: a handler's working copy of a group.
+
+Handlers read through it (seeing their own earlier changes) and write to it; it never mutates the
+`GroupState` underneath. `records()` turns the changes into one record per changed entity, in an
+order replay accepts, plus the events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from .model import (
+    Connector,
+    GroupConfigDefaults,
+    GroupMeta,
+    GroupState,
+    Hold,
+    Member,
+    MemberState,
+    TargetAssignment,
+)
+from .records import (
+    ConfigRecord,
+    ConnectorRecord,
+    ConnectorRemovedRecord,
+    EventRecord,
+    EventType,
+    GroupMetaRecord,
+    MemberRecord,
+    MemberRemovedRecord,
+    Record,
+    TargetRecord,
+)
+from .resources import ResourceSet, TaskId
+from .results import SCHEDULED_REBALANCE, CancelTimer, ScheduleTimer, TimerKey, TimerOp
+from .selection import NoSelection, select
+
+
+class GroupChange:
+    def __init__(
+        self,
+        state: GroupState | None,
+        group_id: str,
+        now_ms: int,
+        defaults: GroupConfigDefaults,
+    ) -> None:
+        self.state = state
+        self.group_id = group_id
+        self.now_ms = now_ms
+        self.defaults = defaults
+        self.created = state is None
+        self._meta: GroupMeta | None = None
+        self._target: TargetAssignment | None = None
+        self._members: dict[str, Member] = {}
+        self._removed: set[str] = set()
+        self._connectors: dict[str, Connector | None] = {}
+        self._configs: dict[str, str] | None = None
+        self._events: list[EventRecord] = []
+        self.timers: list[TimerOp] = []
+        if state is None:
+            self._meta = GroupMeta(group_id=group_id, group_epoch=1, created_at_ms=now_ms)
+            self._target = TargetAssignment(assignment_epoch=1)
+            self.event(EventType.GROUP_CREATED)
+
+    # --- reads ---
+
+    @property
+    def meta(self) -> GroupMeta:
+        if self._meta is not None:
+            return self._meta
+        assert self.state is not None
+        return self.state.meta
+
+    @property
+    def target(self) -> TargetAssignment:
+        if self._target is not None:
+            return self._target
+        assert self.state is not None
+        return self.state.target
+
+    @property
+    def group_epoch(self) -> int:
+        return self.meta.group_epoch
+
+    def member(self, member_id: str) -> Member | None:
+        if member_id in self._members:
+            return self._members[member_id]
+        if member_id in self._removed or self.state is None:
+            return None
+        return self.state.members.get(member_id)
+
+    def members(self) -> dict[str, Member]:
+        result = {} if self.state is None else dict(self.state.members)
+        for member_id in self._removed:
+            result.pop(member_id, None)
+        result.update(self._members)
+        return result
+
+    def has_members(self) -> bool:
+        if self._members:
+            return True
+        if self.state is None:
+            return False
+        return any(m not in self._removed for m in self.state.members)
+
+    def member_by_instance(self, instance_id: str) -> Member | None:
+        for m in self._members.values():
+            if m.instance_id == instance_id:
+                return m
+        if self.state is None:
+            return None
+        member_id = self.state.instance_owner.get(instance_id)
+        if member_id is None or member_id in self._removed or member_id in self._members:
+            return None
+        return self.state.members.get(member_id)
+
+    def catalogue(self) -> dict[str, Connector]:
+        result = {} if self.state is None else dict(self.state.catalogue)
+        for name, connector in self._connectors.items():
+            if connector is None:
+                result.pop(name, None)
+            else:
+                result[name] = connector
+        return result
+
+    def connector(self, name: str) -> Connector | None:
+        if name in self._connectors:
+            return self._connectors[name]
+        return None if self.state is None else self.state.catalogue.get(name)
+
+    def configs(self) -> dict[str, str]:
+        if self._configs is not None:
+            return dict(self._configs)
+        return {} if self.state is None else dict(self.state.configs)
+
+    def config_int(self, key: str) -> int:
+        raw = self.configs().get(key)
+        return int(raw) if raw is not None else int(self.defaults.as_map()[key])
+
+    def effective_configs(self) -> dict[str, str]:
+        return {**self.defaults.as_map(), **self.configs()}
+
+    def connector_owner(self, connector: str) -> str | None:
+        for m in self._members.values():
+            if connector in m.assigned.connectors or connector in m.pending_revocation.connectors:
+                return m.member_id
+        owner = None if self.state is None else self.state.connector_owner.get(connector)
+        if owner is not None and (owner in self._removed or owner in self._members):
+            owner = None
+        if owner is None:
+            for hold in self.meta.holds:
+                if connector in hold.resources.connectors:
+                    return f"hold:{hold.member_id}"
+        return owner
+
+    def task_owner(self, task: TaskId) -> str | None:
+        for m in self._members.values():
+            if task in m.assigned.tasks or task in m.pending_revocation.tasks:
+                return m.member_id
+        owner = None if self.state is None else self.state.task_owner.get(task)
+        if owner is not None and (owner in self._removed or owner in self._members):
+            owner = None
+        if owner is None:
+            for hold in self.meta.holds:
+                if task in hold.resources.tasks:
+                    return f"hold:{hold.member_id}"
+        return owner
+
+    # --- writes ---
+
+    def set_meta(self, **changes: Any) -> None:
+        self._meta = replace(self.meta, **changes)
+
+    def set_target(self, target: TargetAssignment) -> None:
+        self._target = target
+
+    def put_member(self, member: Member) -> None:
+        self._removed.discard(member.member_id)
+        self._members[member.member_id] = member
+
+    def remove_member(self, member_id: str) -> None:
+        self._members.pop(member_id, None)
+        if self.state is not None and member_id in self.state.members:
+            self._removed.add(member_id)
+
+    def put_connector(self, connector: Connector) -> None:
+        self._connectors[connector.name] = connector
+
+    def remove_connector(self, name: str) -> None:
+        self._connectors[name] = None
+
+    def set_configs(self, configs: Mapping[str, str]) -> None:
+        self._configs = dict(configs)
+
+    def event(self, event_type: EventType, member_id: str | None = None, **payload: Any) -> None:
+        self._events.append(
+            EventRecord(
+                self.group_id, self.group_epoch, event_type, self.now_ms, member_id, payload
+            )
+        )
+
+    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        self.timers.append(ScheduleTimer(key, deadline_ms))
+
+    def cancel(self, key: TimerKey) -> None:
+        self.timers.append(CancelTimer(key))
+
+    def add_hold(self, member_id: str, resources: ResourceSet, until_ms: int) -> None:
+        if resources:
+            holds = [h for h in self.meta.holds if h.member_id != member_id]
+            previous = next((h for h in self.meta.holds if h.member_id == member_id), None)
+            if previous is not None:
+                resources = resources | previous.resources
+                until_ms = max(until_ms, previous.until_ms)
+            holds.append(Hold(member_id, resources, until_ms))
+            self.set_meta(holds=tuple(holds))
+
+    def release_hold(self, member_id: str) -> Hold | None:
+        hold = next((h for h in self.meta.holds if h.member_id == member_id), None)
+        if hold is not None:
+            self.set_meta(holds=tuple(h for h in self.meta.holds if h.member_id != member_id))
+        return hold
+
+    # --- compound operations ---
+
+    def bump_epoch(self, reason: str, **details: Any) -> None:
+        """The assignor's input changed: bump the group epoch (DESIGN 3.3). With no members, the
+        assignment epoch follows (nothing to compute) and any scheduled rebalance is moot."""
+        self.set_meta(group_epoch=self.group_epoch + 1)
+        self.event(
+            EventType.GROUP_EPOCH_BUMPED, details.pop("member_id", None), reason=reason, **details
+        )
+        if not self.has_members():
+            if self.target.scheduled_rebalance_at_ms is not None:
+                self.cancel((SCHEDULED_REBALANCE, ""))
+            self.set_target(
+                replace(
+                    self.target,
+                    assignment_epoch=self.group_epoch,
+                    members={},
+                    scheduled_rebalance_at_ms=None,
+                )
+            )
+            self.set_meta(
+                compute_requested_epoch=None, prepared=None, excluded_assignors=frozenset()
+            )
+
+    def reselect_assignor(self) -> None:
+        """Re-run assignor selection after membership changed; record when the choice changes."""
+        members = self.members()
+        left = frozenset(m.member_id for m in members.values() if m.state is MemberState.LEFT)
+        selection = select(
+            members.values(),
+            self.meta.assignor_member_id,
+            self.meta.excluded_assignors | left,
+        )
+        if isinstance(selection, NoSelection):
+            if self.meta.assignor_member_id is not None:
+                self.set_meta(assignor_member_id=None, compute_requested_epoch=None)
+                if members:
+                    self.event(EventType.ASSIGNOR_UNAVAILABLE, reason=selection.reason)
+            return
+        if selection.assignor_member_id != self.meta.assignor_member_id:
+            self.set_meta(
+                assignor_member_id=selection.assignor_member_id, compute_requested_epoch=None
+            )
+            self.event(
+                EventType.ASSIGNOR_CHOSEN,
+                selection.assignor_member_id,
+                assignor=selection.assignor_name,
+                version=selection.version,
+            )
+
+    def records(self) -> list[Record]:
+        out: list[Record] = []
+        if self._meta is not None and (self.state is None or self._meta != self.state.meta):
+            out.append(GroupMetaRecord(self._meta))
+        if self._configs is not None:
+            out.append(ConfigRecord(self.group_id, dict(self._configs)))
+        for name, connector in self._connectors.items():
+            if connector is None:
+                out.append(ConnectorRemovedRecord(self.group_id, name))
+            else:
+                out.append(ConnectorRecord(self.group_id, connector))
+        for member_id in sorted(self._removed):
+            out.append(MemberRemovedRecord(self.group_id, member_id))
+        if self._target is not None and (self.state is None or self._target != self.state.target):
+            out.append(TargetRecord(self.group_id, self._target))
+        # Members that give resources up are applied before members that take them.
+        changed = [
+            m
+            for m in self._members.values()
+            if self.state is None or self.state.members.get(m.member_id) != m
+        ]
+
+        def gives_up(m: Member) -> int:
+            old = None if self.state is None else self.state.members.get(m.member_id)
+            return 0 if old is not None and m.owned <= old.owned else 1
+
+        changed.sort(key=lambda m: (gives_up(m), m.member_id))
+        out.extend(MemberRecord(self.group_id, m) for m in changed)
+        out.extend(self._events)
+        return out

@@ -1,0 +1,449 @@
+"""ConnectGroupHeartbeat: joins, leaves, fencing, metadata updates, reconciliation, and the
+COMPUTE_ASSIGNMENT signal to the assignor member (seed 000 "Request Handling"; DESIGN 3.2-3.14)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .change import GroupChange
+from .errors import (
+    CoordinatorError,
+    ErrorCode,
+    FencedInstanceId,
+    GroupMaxSizeReached,
+    UnknownMemberId,
+    UnreleasedInstanceId,
+    UnsupportedAssignor,
+)
+from .messages import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    AssignmentMessage,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
+from .model import (
+    HEARTBEAT_INTERVAL_MS,
+    SESSION_TIMEOUT_MS,
+    GroupConfigDefaults,
+    GroupState,
+    Member,
+    MemberState,
+)
+from .reconciliation import free_in, reconcile
+from .records import EventType
+from .resources import EMPTY, ResourceSet
+from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result
+from .selection import NoSelection, select
+from .validation import validate_heartbeat
+
+
+def heartbeat(
+    state: GroupState | None,
+    req: HeartbeatRequest,
+    now_ms: int,
+    defaults: GroupConfigDefaults,
+) -> Result[HeartbeatResponse]:
+    """Handle one heartbeat. Errors leave the group as it was, except FENCED_MEMBER_EPOCH, which
+    removes the member (seed 000, step 3)."""
+    try:
+        validate_heartbeat(req)
+        return _Heartbeat(state, req, now_ms, defaults).run()
+    except CoordinatorError as error:
+        interval, session = defaults.heartbeat_interval_ms, defaults.session_timeout_ms
+        if state is not None:
+            interval = state.config_int(HEARTBEAT_INTERVAL_MS, defaults)
+            session = state.config_int(SESSION_TIMEOUT_MS, defaults)
+        response = HeartbeatResponse(
+            error.code,
+            error.message,
+            member_epoch=req.member_epoch,
+            heartbeat_interval_ms=interval,
+            session_timeout_ms=session,
+        )
+        return Result([], response)
+
+
+class _Heartbeat:
+    def __init__(
+        self,
+        state: GroupState | None,
+        req: HeartbeatRequest,
+        now_ms: int,
+        defaults: GroupConfigDefaults,
+    ) -> None:
+        self.req = req
+        self.now_ms = now_ms
+        self.defaults = defaults
+        self.state = state
+        self.change = GroupChange(state, req.group_id, now_ms, defaults)
+
+    def response(
+        self,
+        member_epoch: int,
+        assignment: AssignmentMessage | None = None,
+        error: ErrorCode = ErrorCode.NONE,
+        message: str = "",
+    ) -> HeartbeatResponse:
+        return HeartbeatResponse(
+            error_code=error,
+            error_message=message,
+            member_epoch=member_epoch,
+            heartbeat_interval_ms=self.change.config_int(HEARTBEAT_INTERVAL_MS),
+            session_timeout_ms=self.change.config_int(SESSION_TIMEOUT_MS),
+            assignment=assignment,
+        )
+
+    def result(self, response: HeartbeatResponse) -> Result[HeartbeatResponse]:
+        return Result(self.change.records(), response, self.change.timers)
+
+    def run(self) -> Result[HeartbeatResponse]:
+        req = self.req
+        if req.server_assignor is not None:
+            raise UnsupportedAssignor(
+                f"server-side assignor {req.server_assignor!r} is not supported: this coordinator "
+                "offers none; advertise client assignors instead."
+            )
+        if self.state is None and req.member_epoch != JOIN_EPOCH:
+            raise UnknownMemberId(
+                f"group {req.group_id!r} does not exist; abandon your work and rejoin with epoch 0."
+            )
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self.leave()
+        if req.member_epoch == JOIN_EPOCH:
+            return self.join()
+        return self.existing()
+
+    # --- the three entry paths ---
+
+    def leave(self) -> Result[HeartbeatResponse]:
+        req, change = self.req, self.change
+        member = self.known_member()
+        if req.member_epoch == STATIC_LEAVE_EPOCH:
+            left = replace(
+                member,
+                state=MemberState.LEFT,
+                pending_revocation=EMPTY,
+                instance_id=member.instance_id or req.instance_id,
+            )
+            change.put_member(left)
+            change.event(
+                EventType.MEMBER_LEFT, member.member_id, static=True, held=left.assigned.to_json()
+            )
+            change.cancel((REVOCATION, member.member_id))
+            change.schedule(
+                (SESSION, member.member_id), self.now_ms + change.config_int(SESSION_TIMEOUT_MS)
+            )
+            change.reselect_assignor()
+            return self.result(self.response(STATIC_LEAVE_EPOCH))
+        change.remove_member(member.member_id)
+        change.event(
+            EventType.MEMBER_LEFT, member.member_id, static=False, released=member.owned.to_json()
+        )
+        change.cancel((SESSION, member.member_id))
+        change.cancel((REVOCATION, member.member_id))
+        change.bump_epoch("member left", member_id=member.member_id)
+        change.reselect_assignor()
+        return self.result(self.response(LEAVE_EPOCH))
+
+    def join(self) -> Result[HeartbeatResponse]:
+        req, change = self.req, self.change
+        existing = change.member(req.member_id)
+        if req.instance_id is not None:
+            holder = change.member_by_instance(req.instance_id)
+            if holder is not None and holder.member_id != req.member_id:
+                if holder.state is not MemberState.LEFT:
+                    raise UnreleasedInstanceId(
+                        f"instance id {req.instance_id!r} is still held by live member "
+                        f"{holder.member_id!r}; retry after it leaves or its session expires."
+                    )
+                if existing is not None:
+                    raise FencedInstanceId(
+                        f"member {req.member_id!r} is already in the group and cannot take over "
+                        f"instance id {req.instance_id!r}."
+                    )
+                return self.take_over_static(holder)
+        if existing is not None:
+            return self.rejoin(existing)
+        if len(change.members()) >= self.defaults.max_group_size:
+            raise GroupMaxSizeReached(
+                f"group {req.group_id!r} has reached its maximum of "
+                f"{self.defaults.max_group_size} members."
+            )
+        assert req.rebalance_timeout_ms is not None
+        member = Member(
+            member_id=req.member_id,
+            member_epoch=change.target.assignment_epoch,
+            instance_id=req.instance_id,
+            url=req.url or "",
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            assignors=req.client_assignors or (),
+        )
+        self.check_assignors(member)
+        change.put_member(member)
+        change.event(
+            EventType.MEMBER_JOINED,
+            member.member_id,
+            instance_id=member.instance_id,
+            url=member.url,
+            assignors=[a.name for a in member.assignors],
+        )
+        change.bump_epoch("member joined", member_id=member.member_id)
+        change.reselect_assignor()
+        return self.finish(member, self.req.owned or EMPTY, send=True)
+
+    def rejoin(self, member: Member) -> Result[HeartbeatResponse]:
+        change = self.change
+        was_left = member.state is MemberState.LEFT
+        if was_left:
+            member = replace(member, state=MemberState.STABLE)
+        updated, assignors_changed = self.updated(member)
+        if change.release_hold(member.member_id) is not None:
+            change.cancel((HOLD, member.member_id))
+        if updated != change.member(member.member_id) or was_left:
+            change.put_member(updated)
+            change.event(EventType.MEMBER_REJOINED, member.member_id, epoch=updated.member_epoch)
+        if assignors_changed:
+            change.bump_epoch("member assignors changed", member_id=member.member_id)
+        if assignors_changed or was_left:
+            change.reselect_assignor()
+        return self.finish(updated, self.req.owned or EMPTY, send=True)
+
+    def take_over_static(self, holder: Member) -> Result[HeartbeatResponse]:
+        """A new member id presents a departed static member's instance id: it takes the
+        assignment over without a rebalance (DESIGN 3.14)."""
+        req, change = self.req, self.change
+        successor = replace(holder, member_id=req.member_id, state=MemberState.STABLE)
+        successor, assignors_changed = self.updated(successor)
+        change.remove_member(holder.member_id)
+        change.cancel((SESSION, holder.member_id))
+        change.put_member(successor)
+        target = change.target
+        if holder.member_id in target.members:
+            members = dict(target.members)
+            members[successor.member_id] = members.pop(holder.member_id)
+            change.set_target(replace(target, members=members))
+        meta = change.meta
+        if meta.assignor_member_id == holder.member_id:
+            change.set_meta(assignor_member_id=successor.member_id)
+        # An assignor may be computing from a Prepare that showed the holder. Its install is
+        # validated against the group as that Prepare showed it (the holder's id included) and
+        # the holder's share is then dropped (DESIGN 3.9), so the group epoch must move on for a
+        # new computation to place that share: the takeover is a membership change for it.
+        racing = (
+            meta.prepared is not None
+            and meta.prepared.group_epoch > change.target.assignment_epoch
+            and holder.member_id in meta.prepared.member_ids
+        )
+        change.event(
+            EventType.STATIC_MEMBER_REPLACED,
+            successor.member_id,
+            instance_id=req.instance_id,
+            previous_member_id=holder.member_id,
+        )
+        if assignors_changed:
+            change.bump_epoch("member assignors changed", member_id=successor.member_id)
+        elif racing:
+            change.bump_epoch(
+                "static member replaced during an assignment computation",
+                member_id=successor.member_id,
+            )
+        change.reselect_assignor()
+        return self.finish(successor, req.owned or EMPTY, send=True)
+
+    def existing(self) -> Result[HeartbeatResponse]:
+        req, change = self.req, self.change
+        member = self.known_member()
+        if member.state is MemberState.LEFT:
+            raise UnknownMemberId(f"member {req.member_id!r} left the group; rejoin with epoch 0.")
+        resend = False
+        if req.member_epoch != member.member_epoch:
+            if (
+                req.member_epoch == member.previous_epoch
+                and req.owned is not None
+                and req.owned <= member.assigned
+            ):
+                resend = True  # its last response was lost: answer it again
+            else:
+                return self.fence(member)
+        updated, assignors_changed = self.updated(member)
+        if updated != member:
+            change.put_member(updated)
+        if assignors_changed:
+            change.bump_epoch("member assignors changed", member_id=member.member_id)
+            change.reselect_assignor()
+        return self.finish(updated, req.owned, send=resend)
+
+    # --- helpers ---
+
+    def known_member(self) -> Member:
+        req = self.req
+        if req.instance_id is not None:
+            holder = self.change.member_by_instance(req.instance_id)
+            if holder is not None and holder.member_id != req.member_id:
+                raise FencedInstanceId(
+                    f"instance id {req.instance_id!r} belongs to member {holder.member_id!r}; "
+                    "this member has been replaced and must stop."
+                )
+        member = self.change.member(req.member_id)
+        if member is None:
+            raise UnknownMemberId(
+                f"member {req.member_id!r} is not in group {req.group_id!r}; abandon your work "
+                "and rejoin with epoch 0."
+            )
+        if (
+            req.instance_id is not None
+            and member.instance_id is not None
+            and member.instance_id != req.instance_id
+        ):
+            raise FencedInstanceId(
+                f"member {req.member_id!r} is registered with instance id "
+                f"{member.instance_id!r}, not {req.instance_id!r}."
+            )
+        return member
+
+    def fence(self, member: Member) -> Result[HeartbeatResponse]:
+        """Epoch mismatch: remove the member; what it held goes to nobody until a session timeout
+        has passed, by when its agent has stopped it (DESIGN 3.12, 3.13)."""
+        change, req = self.change, self.req
+        until = self.now_ms + change.config_int(SESSION_TIMEOUT_MS)
+        change.remove_member(member.member_id)
+        change.add_hold(member.member_id, member.owned, until)
+        if member.owned:
+            change.schedule((HOLD, member.member_id), until)
+        change.cancel((SESSION, member.member_id))
+        change.cancel((REVOCATION, member.member_id))
+        change.event(
+            EventType.MEMBER_FENCED,
+            member.member_id,
+            request_epoch=req.member_epoch,
+            member_epoch=member.member_epoch,
+            held=member.owned.to_json(),
+            held_until_ms=until,
+        )
+        change.bump_epoch("member fenced", member_id=member.member_id)
+        change.reselect_assignor()
+        message = (
+            f"member epoch {req.member_epoch} does not match the coordinator's "
+            f"{member.member_epoch}; the member has been removed: abandon all connectors and "
+            "tasks and rejoin with epoch 0."
+        )
+        return self.result(
+            self.response(req.member_epoch, None, ErrorCode.FENCED_MEMBER_EPOCH, message)
+        )
+
+    def updated(self, member: Member) -> tuple[Member, bool]:
+        """The member with the request's non-absent fields applied; whether assignors changed."""
+        req = self.req
+        updated = member
+        if req.url is not None and req.url != member.url:
+            updated = replace(updated, url=req.url)
+        if (
+            req.rebalance_timeout_ms is not None
+            and req.rebalance_timeout_ms > 0
+            and (req.rebalance_timeout_ms != member.rebalance_timeout_ms)
+        ):
+            updated = replace(updated, rebalance_timeout_ms=req.rebalance_timeout_ms)
+        if req.instance_id is not None and req.instance_id != member.instance_id:
+            updated = replace(updated, instance_id=req.instance_id)
+        changed = False
+        if req.client_assignors is not None and req.client_assignors != member.assignors:
+            updated = replace(updated, assignors=req.client_assignors)
+            self.check_assignors(updated)
+            changed = True
+        return updated, changed
+
+    def check_assignors(self, member: Member) -> None:
+        members = self.change.members()
+        members[member.member_id] = member
+        selection = select(members.values())
+        if isinstance(selection, NoSelection):
+            raise UnsupportedAssignor(
+                f"member {member.member_id!r} cannot join group {self.req.group_id!r} with "
+                f"these assignors: {selection.reason}."
+            )
+
+    def finish(
+        self, member: Member, owned: ResourceSet | None, send: bool
+    ) -> Result[HeartbeatResponse]:
+        """Reconcile the member, arm its timers, and signal COMPUTE_ASSIGNMENT if it is due."""
+        change = self.change
+        target = change.target
+        after = reconcile(
+            member,
+            target.assignment_epoch,
+            target.of(member.member_id).resources,
+            owned,
+            free_in(member.member_id, change.connector_owner, change.task_owner),
+        )
+        if after != member:
+            change.put_member(after)
+            self.record_transition(member, after)
+        change.schedule(
+            (SESSION, member.member_id), self.now_ms + change.config_int(SESSION_TIMEOUT_MS)
+        )
+        send = (
+            send
+            or after.assigned != member.assigned
+            or after.member_epoch != member.member_epoch
+            or (owned is not None and owned != after.assigned)
+        )
+        assignment = None
+        if send:
+            entry = target.of(member.member_id)
+            assignment = AssignmentMessage(after.assigned, entry.version, entry.metadata)
+        error, message = self.compute_signal(after)
+        return self.result(self.response(after.member_epoch, assignment, error, message))
+
+    def record_transition(self, before: Member, after: Member) -> None:
+        change, member_id = self.change, before.member_id
+        if before.pending_revocation and not (
+            before.pending_revocation <= after.pending_revocation
+        ):
+            change.event(
+                EventType.REVOCATION_ACKNOWLEDGED,
+                member_id,
+                revoked=before.pending_revocation.to_json(),
+                member_epoch=before.member_epoch,
+            )
+            change.cancel((REVOCATION, member_id))
+        if after.pending_revocation and after.pending_revocation != before.pending_revocation:
+            change.event(
+                EventType.REVOCATION_REQUESTED,
+                member_id,
+                revoke=after.pending_revocation.to_json(),
+                target_epoch=change.target.assignment_epoch,
+            )
+            change.schedule((REVOCATION, member_id), self.now_ms + after.rebalance_timeout_ms)
+        if after.assigned != before.assigned or after.member_epoch != before.member_epoch:
+            change.event(
+                EventType.ASSIGNMENT_DELIVERED,
+                member_id,
+                member_epoch=after.member_epoch,
+                state=after.state.value,
+                assigned=after.assigned.to_json(),
+                added=(after.assigned - before.assigned).to_json(),
+                removed=(before.assigned - after.assigned).to_json(),
+            )
+
+    def compute_signal(self, member: Member) -> tuple[ErrorCode, str]:
+        change = self.change
+        meta = change.meta
+        if (
+            change.group_epoch <= change.target.assignment_epoch
+            or meta.assignor_member_id != member.member_id
+            or (meta.compute_not_before_ms is not None and self.now_ms < meta.compute_not_before_ms)
+        ):
+            return ErrorCode.NONE, ""
+        if meta.compute_requested_epoch is None:
+            change.set_meta(compute_requested_epoch=change.group_epoch)
+            change.event(
+                EventType.ASSIGNMENT_REQUESTED, member.member_id, group_epoch=change.group_epoch
+            )
+            change.schedule((ASSIGNOR, ""), self.now_ms + member.rebalance_timeout_ms)
+        return ErrorCode.COMPUTE_ASSIGNMENT, (
+            f"compute the target assignment of group {change.group_id!r} for group epoch "
+            f"{change.group_epoch}: call ConnectGroupPrepareAssignment, then "
+            "ConnectGroupInstallAssignment."
+        )

@@ -1,0 +1,163 @@
+"""Core-side requests and responses: plain values, no wire types (the gRPC adapter converts).
+
+`None` on an optional field means "absent: unchanged since the last heartbeat", as on the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .errors import ErrorCode
+from .model import Assignor
+from .resources import ResourceSet
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rebalance_timeout_ms: int | None = None
+    server_assignor: str | None = None
+    client_assignors: tuple[Assignor, ...] | None = None
+    owned: ResourceSet | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentMessage:
+    resources: ResourceSet
+    version: int = 0
+    metadata: bytes = b""
+    error: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    session_timeout_ms: int = 0
+    assignment: AssignmentMessage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedMemberInfo:
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    url: str
+    assignor: Assignor
+    owned: ResourceSet
+
+
+@dataclass(frozen=True, slots=True)
+class MemberTarget:
+    member_id: str
+    resources: ResourceSet
+    version: int = 0
+    metadata: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorInfo:
+    name: str
+    task_count: int
+    config: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    group_epoch: int = 0
+    assignor_name: str = ""
+    assignor_version: int = 0
+    members: tuple[PreparedMemberInfo, ...] = ()
+    catalogue: tuple[ConnectorInfo, ...] = ()
+    assignment_epoch: int = 0
+    target: tuple[MemberTarget, ...] = ()
+    assignor_state: bytes = b""
+    group_configs: Mapping[str, str] = field(default_factory=dict)
+    coordinator_time_ms: int = 0
+    scheduled_rebalance_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InstallRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    group_epoch: int
+    error: int = 0
+    error_message: str = ""
+    members: tuple[MemberTarget, ...] = ()
+    assignor_state: bytes = b""
+    scheduled_rebalance_delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class InstallResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PutConnectorRequest:
+    group_id: str
+    connector: str
+    task_count: int
+    config: Mapping[str, str] = field(default_factory=dict)
+    caller: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PutConnectorResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    group_epoch: int = 0
+    created: bool = False
+    rebalance_triggered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConnectorRequest:
+    group_id: str
+    connector: str
+    caller: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConnectorResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    group_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsRequest:
+    group_id: str
+    set: Mapping[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
+    caller: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    effective_configs: Mapping[str, str] = field(default_factory=dict)

@@ -1,0 +1,309 @@
+"""The state of a group, as the core sees it.
+
+Values (members, target, metadata) are immutable dataclasses replaced whole; `GroupState` is the
+one mutable container, changed only by `replay.apply`, and keeps an index of who owns each
+resource so that the single-owner invariant is checked where state is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from .errors import IllegalStateError
+from .resources import EMPTY, ResourceSet, TaskId, connector_resources
+
+SESSION_TIMEOUT_MS = "session.timeout.ms"
+HEARTBEAT_INTERVAL_MS = "heartbeat.interval.ms"
+REBALANCE_TIMEOUT_MS = "rebalance.timeout.ms"
+SCHEDULED_REBALANCE_MAX_DELAY_MS = "scheduled.rebalance.max.delay.ms"
+
+CONFIG_KEYS = (
+    SESSION_TIMEOUT_MS,
+    HEARTBEAT_INTERVAL_MS,
+    REBALANCE_TIMEOUT_MS,
+    SCHEDULED_REBALANCE_MAX_DELAY_MS,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfigDefaults:
+    """Server-wide defaults for the group configurations (Kafka Connect's defaults)."""
+
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    rebalance_timeout_ms: int = 60_000
+    scheduled_rebalance_max_delay_ms: int = 300_000
+    assignment_error_backoff_ms: int = 1_000
+    max_group_size: int = 10_000
+
+    def as_map(self) -> dict[str, str]:
+        return {
+            SESSION_TIMEOUT_MS: str(self.session_timeout_ms),
+            HEARTBEAT_INTERVAL_MS: str(self.heartbeat_interval_ms),
+            REBALANCE_TIMEOUT_MS: str(self.rebalance_timeout_ms),
+            SCHEDULED_REBALANCE_MAX_DELAY_MS: str(self.scheduled_rebalance_max_delay_ms),
+        }
+
+
+class MemberState(StrEnum):
+    """What a member waits on (Kafka's names, for connectors and tasks)."""
+
+    STABLE = "STABLE"
+    UNREVOKED = "UNREVOKED"  # must give resources up before it moves to the target epoch
+    UNRELEASED = "UNRELEASED"  # at the target epoch, waits for resources others still hold
+    LEFT = "LEFT"  # a static member that left with epoch -2, held until its session expires
+
+
+class GroupStatus(StrEnum):
+    EMPTY = "EMPTY"
+    ASSIGNING = "ASSIGNING"
+    RECONCILING = "RECONCILING"
+    STABLE = "STABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class Assignor:
+    """A client-side assignor a member supports, with its metadata."""
+
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int = 0
+    version: int = 0
+    metadata: bytes = b""
+
+    def covers(self, other: Assignor) -> bool:
+        return (
+            self.minimum_version <= other.minimum_version
+            and self.maximum_version >= other.maximum_version
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A worker in the group, with its current assignment.
+
+    Attributes:
+        assigned: what the member was last told it may run.
+        pending_revocation: what it was told to give up and has not yet acknowledged.
+        previous_epoch: the epoch held before the last epoch change (lost-response retries).
+    """
+
+    member_id: str
+    member_epoch: int
+    previous_epoch: int = 0
+    instance_id: str | None = None
+    url: str = ""
+    rebalance_timeout_ms: int = 0
+    assignors: tuple[Assignor, ...] = ()
+    state: MemberState = MemberState.STABLE
+    assigned: ResourceSet = EMPTY
+    pending_revocation: ResourceSet = EMPTY
+
+    @property
+    def owned(self) -> ResourceSet:
+        """Everything the member may still be running: assigned plus pending revocation."""
+        return self.assigned | self.pending_revocation
+
+    def assignor(self, name: str) -> Assignor | None:
+        for a in self.assignors:
+            if a.name == name:
+                return a
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Connector:
+    name: str
+    task_count: int
+    config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def resources(self) -> ResourceSet:
+        return connector_resources(self.name, self.task_count)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetEntry:
+    """One member's share of a target assignment, with the assignor's per-member metadata."""
+
+    resources: ResourceSet = EMPTY
+    version: int = 0
+    metadata: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignment:
+    assignment_epoch: int
+    members: Mapping[str, TargetEntry] = field(default_factory=lambda: MappingProxyType({}))
+    assignor_state: bytes = b""
+    scheduled_rebalance_at_ms: int | None = None
+
+    def of(self, member_id: str) -> TargetEntry:
+        return self.members.get(member_id, _EMPTY_ENTRY)
+
+    def owner_map(self) -> dict[str, str]:
+        """Display name of each resource -> member that the target gives it to."""
+        owners: dict[str, str] = {}
+        for member_id, entry in self.members.items():
+            for name in entry.resources.names():
+                owners[name] = member_id
+        return owners
+
+
+_EMPTY_ENTRY = TargetEntry()
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Resources of a removed member that nobody may take before `until_ms` (DESIGN 3.13)."""
+
+    member_id: str
+    resources: ResourceSet
+    until_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSnapshot:
+    """The group as a PrepareAssignment showed it: what the install is validated against."""
+
+    group_epoch: int
+    member_ids: frozenset[str]
+    catalogue: ResourceSet
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMeta:
+    """Group-level bookkeeping besides members, catalogue, target and configurations.
+
+    Attributes:
+        assignor_member_id: the member chosen to compute targets (sticky while it qualifies).
+        compute_requested_epoch: group epoch at which COMPUTE_ASSIGNMENT was first sent to the
+            assignor member and not yet answered (its rebalance timeout runs from then).
+        excluded_assignors: members passed over for this computation (timed out or failed).
+        compute_not_before_ms: after a failed assignment, the backoff before asking again.
+    """
+
+    group_id: str
+    group_epoch: int
+    created_at_ms: int = 0
+    assignor_member_id: str | None = None
+    compute_requested_epoch: int | None = None
+    excluded_assignors: frozenset[str] = frozenset()
+    compute_not_before_ms: int | None = None
+    last_assignment_error: int = 0
+    last_assignment_error_message: str = ""
+    prepared: PreparedSnapshot | None = None
+    holds: tuple[Hold, ...] = ()
+
+
+class GroupState:
+    """All of one group's state, plus derived indexes. Mutated only by `replay.apply`."""
+
+    def __init__(self, meta: GroupMeta, target: TargetAssignment) -> None:
+        self.meta = meta
+        self.target = target
+        self.members: dict[str, Member] = {}
+        self.catalogue: dict[str, Connector] = {}
+        self.configs: dict[str, str] = {}
+        self.connector_owner: dict[str, str] = {}
+        self.task_owner: dict[TaskId, str] = {}
+        self.instance_owner: dict[str, str] = {}
+
+    @property
+    def group_id(self) -> str:
+        return self.meta.group_id
+
+    @property
+    def group_epoch(self) -> int:
+        return self.meta.group_epoch
+
+    @property
+    def assignment_epoch(self) -> int:
+        return self.target.assignment_epoch
+
+    def catalogue_resources(self) -> ResourceSet:
+        result = EMPTY
+        for connector in self.catalogue.values():
+            result = result | connector.resources()
+        return result
+
+    def status(self) -> GroupStatus:
+        if not self.members:
+            return GroupStatus.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return GroupStatus.ASSIGNING
+        for m in self.members.values():
+            if m.state is MemberState.LEFT:
+                continue
+            if (
+                m.member_epoch != self.assignment_epoch
+                or m.state is not MemberState.STABLE
+                or m.assigned != self.target.of(m.member_id).resources
+            ):
+                return GroupStatus.RECONCILING
+        return GroupStatus.STABLE
+
+    def config_int(self, key: str, defaults: GroupConfigDefaults) -> int:
+        raw = self.configs.get(key)
+        if raw is not None:
+            return int(raw)
+        return int(defaults.as_map()[key])
+
+    # --- owner index, maintained by replay ---
+
+    def _index_member(self, member: Member, add: bool) -> None:
+        owned = member.owned
+        for c in owned.connectors:
+            if add:
+                holder = self.connector_owner.get(c)
+                if holder is not None and holder != member.member_id:
+                    raise IllegalStateError(
+                        f"connector {c} would be owned by {member.member_id} and {holder}"
+                    )
+                self.connector_owner[c] = member.member_id
+            elif self.connector_owner.get(c) == member.member_id:
+                del self.connector_owner[c]
+        for t in owned.tasks:
+            if add:
+                holder = self.task_owner.get(t)
+                if holder is not None and holder != member.member_id:
+                    raise IllegalStateError(
+                        f"task {t} would be owned by {member.member_id} and {holder}"
+                    )
+                self.task_owner[t] = member.member_id
+            elif self.task_owner.get(t) == member.member_id:
+                del self.task_owner[t]
+        if member.instance_id is not None:
+            if add:
+                self.instance_owner[member.instance_id] = member.member_id
+            elif self.instance_owner.get(member.instance_id) == member.member_id:
+                del self.instance_owner[member.instance_id]
+
+    def put_member(self, member: Member) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._index_member(old, add=False)
+        try:
+            self._index_member(member, add=True)
+        except IllegalStateError:
+            self._index_member(member, add=False)
+            if old is not None:
+                self._index_member(old, add=True)
+            raise
+        self.members[member.member_id] = member
+
+    def remove_member(self, member_id: str) -> None:
+        old = self.members.pop(member_id, None)
+        if old is not None:
+            self._index_member(old, add=False)
+
+    def held_by(self, resources: ResourceSet) -> dict[str, str]:
+        """Display name -> holder, for resources of `resources` that a hold keeps from anyone."""
+        held: dict[str, str] = {}
+        for hold in self.meta.holds:
+            for name in (hold.resources & resources).names():
+                held[name] = f"hold:{hold.member_id}"
+        return held

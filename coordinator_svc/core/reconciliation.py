@@ -1,0 +1,90 @@
+"""Member reconciliation toward the target, revoke before assign (DESIGN 3.11).
+
+One pure function of (member, target epoch, target share, owned list, who holds what), after
+Kafka's CurrentAssignmentBuilder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from .model import Member, MemberState
+from .resources import ResourceSet, TaskId
+
+IsFree = Callable[[ResourceSet], ResourceSet]
+"""Given resources, returns the subset that no other member (or hold) holds."""
+
+
+def acknowledges_revocation(member: Member, owned: ResourceSet | None) -> bool:
+    """A heartbeat acknowledges a pending revocation when its owned list no longer holds any of
+    it. A heartbeat without the owned list never acknowledges."""
+    return (
+        owned is not None
+        and bool(member.pending_revocation)
+        and owned.isdisjoint(member.pending_revocation)
+    )
+
+
+def reconcile(
+    member: Member,
+    target_epoch: int,
+    target: ResourceSet,
+    owned: ResourceSet | None,
+    free: IsFree,
+) -> Member:
+    """Move `member` as far toward (`target_epoch`, `target`) as is safe now.
+
+    (a) While it holds resources outside its target it keeps only the intersection, stays at its
+    epoch and is UNREVOKED; (b) once its owned list no longer holds them it is reconciled again;
+    (c) with nothing to revoke it moves to the target epoch at once and gets each target resource
+    that nobody else holds (UNRELEASED until it has them all).
+    """
+    if member.state is MemberState.LEFT:
+        return member
+    if member.state is MemberState.UNREVOKED:
+        if not acknowledges_revocation(member, owned):
+            return member
+        member = replace(member, pending_revocation=ResourceSet(), state=MemberState.STABLE)
+    if member.pending_revocation:
+        return member
+
+    to_revoke = member.assigned - target
+    if to_revoke:
+        return replace(
+            member,
+            state=MemberState.UNREVOKED,
+            assigned=member.assigned & target,
+            pending_revocation=to_revoke,
+        )
+
+    missing = target - member.assigned
+    assigned = member.assigned | free(missing) if missing else member.assigned
+    state = MemberState.STABLE if assigned == target else MemberState.UNRELEASED
+    if member.member_epoch != target_epoch:
+        return replace(
+            member,
+            member_epoch=target_epoch,
+            previous_epoch=member.member_epoch,
+            assigned=assigned,
+            state=state,
+        )
+    if assigned == member.assigned and state is member.state:
+        return member
+    return replace(member, assigned=assigned, state=state)
+
+
+def free_in(
+    member_id: str,
+    connector_owner: Callable[[str], str | None],
+    task_owner: Callable[[TaskId], str | None],
+) -> IsFree:
+    """Build an IsFree from owner lookups: a resource is free if unowned or owned by member_id."""
+
+    def free(resources: ResourceSet) -> ResourceSet:
+        return ResourceSet(
+            frozenset(c for c in resources.connectors if connector_owner(c) in (None, member_id)),
+            frozenset(t for t in resources.tasks if task_owner(t) in (None, member_id)),
+        )
+
+    return free

@@ -1,0 +1,105 @@
+"""Records: the only way group state changes. Handlers emit them; replay applies them; the store
+persists each one in the same transaction (one row upsert, delete or event append each)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .model import Connector, GroupMeta, Member, TargetAssignment
+
+
+class EventType(StrEnum):
+    """Audit events (DESIGN 3.17), appended in the same transaction as the change."""
+
+    GROUP_CREATED = "GROUP_CREATED"
+    MEMBER_JOINED = "MEMBER_JOINED"
+    MEMBER_REJOINED = "MEMBER_REJOINED"
+    MEMBER_LEFT = "MEMBER_LEFT"
+    MEMBER_FENCED = "MEMBER_FENCED"
+    MEMBER_SESSION_EXPIRED = "MEMBER_SESSION_EXPIRED"
+    REVOCATION_TIMED_OUT = "REVOCATION_TIMED_OUT"
+    STATIC_MEMBER_REPLACED = "STATIC_MEMBER_REPLACED"
+    GROUP_EPOCH_BUMPED = "GROUP_EPOCH_BUMPED"
+    TARGET_INSTALLED = "TARGET_INSTALLED"
+    ASSIGNMENT_DELIVERED = "ASSIGNMENT_DELIVERED"
+    REVOCATION_REQUESTED = "REVOCATION_REQUESTED"
+    REVOCATION_ACKNOWLEDGED = "REVOCATION_ACKNOWLEDGED"
+    ASSIGNOR_CHOSEN = "ASSIGNOR_CHOSEN"
+    ASSIGNOR_UNAVAILABLE = "ASSIGNOR_UNAVAILABLE"
+    ASSIGNMENT_REQUESTED = "ASSIGNMENT_REQUESTED"
+    ASSIGNOR_TIMED_OUT = "ASSIGNOR_TIMED_OUT"
+    ASSIGNOR_FAILED = "ASSIGNOR_FAILED"
+    SCHEDULED_REBALANCE_SET = "SCHEDULED_REBALANCE_SET"
+    SCHEDULED_REBALANCE_FIRED = "SCHEDULED_REBALANCE_FIRED"
+    HOLD_RELEASED = "HOLD_RELEASED"
+    CONNECTOR_PUT = "CONNECTOR_PUT"
+    CONNECTOR_DELETED = "CONNECTOR_DELETED"
+    CONFIG_ALTERED = "CONFIG_ALTERED"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetaRecord:
+    meta: GroupMeta
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRecord:
+    group_id: str
+    target: TargetAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    group_id: str
+    member: Member
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRemovedRecord:
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorRecord:
+    group_id: str
+    connector: Connector
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorRemovedRecord:
+    group_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    group_id: str
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One audit event. `payload` is JSON-serialisable."""
+
+    group_id: str
+    group_epoch: int
+    event_type: EventType
+    at_ms: int
+    member_id: str | None = None
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+StateRecord = (
+    GroupMetaRecord
+    | TargetRecord
+    | MemberRecord
+    | MemberRemovedRecord
+    | ConnectorRecord
+    | ConnectorRemovedRecord
+    | ConfigRecord
+)
+Record = StateRecord | EventRecord

@@ -1,0 +1,174 @@
+"""Request validation: every invariant seed 000 lists per API, plus DESIGN's additions.
+
+Each check raises InvalidRequest with a message that names the broken rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .errors import InvalidRequest
+from .messages import (
+    JOIN_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    AlterConfigsRequest,
+    DeleteConnectorRequest,
+    HeartbeatRequest,
+    InstallRequest,
+    PrepareRequest,
+    PutConnectorRequest,
+)
+from .model import (
+    CONFIG_KEYS,
+    HEARTBEAT_INTERVAL_MS,
+    SCHEDULED_REBALANCE_MAX_DELAY_MS,
+    SESSION_TIMEOUT_MS,
+)
+from .resources import ResourceSet
+
+MAX_NAME_LENGTH = 249
+MAX_TASKS_PER_CONNECTOR = 100_000
+
+
+def _require(condition: bool, rule: str) -> None:
+    if not condition:
+        raise InvalidRequest(rule)
+
+
+def _check_name(value: str, what: str) -> None:
+    _require(value != "", f"{what} must be non-empty.")
+    _require(len(value) <= MAX_NAME_LENGTH, f"{what} must be at most {MAX_NAME_LENGTH} characters.")
+
+
+def _check_resources(resources: ResourceSet, what: str) -> None:
+    for c in resources.connectors:
+        _require(c != "", f"{what}: connector names must be non-empty.")
+    for t in resources.tasks:
+        _require(t.connector != "", f"{what}: a task's connector must be non-empty.")
+        _require(t.task >= 0, f"{what}: task ids must be >= 0 (got {t}).")
+
+
+def validate_group_id(group_id: str) -> None:
+    """For calls that only name a group (DescribeGroups, FindCoordinator)."""
+    _check_name(group_id, "GroupId")
+
+
+def validate_heartbeat(req: HeartbeatRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.member_id, "MemberId")
+    _require(req.member_epoch >= STATIC_LEAVE_EPOCH, "MemberEpoch must be >= -2.")
+    if req.instance_id is not None:
+        _require(req.instance_id != "", "InstanceId, if provided, must be non-empty.")
+    if req.member_epoch == STATIC_LEAVE_EPOCH:
+        _require(
+            req.instance_id is not None,
+            "MemberEpoch -2 (static leave) is accepted only with an InstanceId.",
+        )
+    if req.member_epoch == JOIN_EPOCH:
+        _require(
+            req.rebalance_timeout_ms is not None and req.rebalance_timeout_ms > 0,
+            "RebalanceTimeoutMs must be larger than zero in the first heartbeat request "
+            "(every epoch-0 heartbeat, join or rejoin).",
+        )
+    elif req.rebalance_timeout_ms is not None:
+        _require(
+            req.rebalance_timeout_ms > 0 or req.rebalance_timeout_ms == -1,
+            "RebalanceTimeoutMs must be larger than zero, or -1 for unchanged.",
+        )
+    _require(
+        req.server_assignor is None or req.client_assignors is None,
+        "ServerAssignor and ClientAssignors cannot be used together.",
+    )
+    for a in req.client_assignors or ():
+        _require(a.name != "", "Assignor.Name must be non-empty.")
+        _require(a.minimum_version >= -1, f"Assignor.MinimumVersion must be >= -1 ({a.name}).")
+        _require(
+            a.maximum_version >= 0 and a.maximum_version >= a.minimum_version,
+            f"Assignor.MaximumVersion must be >= 0 and >= Assignor.MinimumVersion ({a.name}).",
+        )
+        _require(
+            a.minimum_version <= a.version <= a.maximum_version,
+            f"Assignor.Version must be >= Assignor.MinimumVersion and <= "
+            f"Assignor.MaximumVersion ({a.name}).",
+        )
+        _require(
+            0 <= a.reason <= 127,
+            f"Assignor.Reason must fit an int8 and be >= 0: between 0 and 127 ({a.name}).",
+        )
+    if req.client_assignors is not None:
+        names = [a.name for a in req.client_assignors]
+        _require(len(set(names)) == len(names), "Assignor names must be unique in ClientAssignors.")
+    if req.owned is not None:
+        _check_resources(req.owned, "ConnectorsAndTasks")
+
+
+def validate_prepare(req: PrepareRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.member_id, "MemberId")
+    _require(req.member_epoch >= 0, "MemberEpoch must be >= 0.")
+
+
+def validate_install(req: InstallRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.member_id, "MemberId")
+    _require(req.member_epoch >= 0, "MemberEpoch must be >= 0.")
+    _require(req.group_epoch >= 0, "GroupEpoch must be >= 0.")
+    _require(req.scheduled_rebalance_delay_ms >= 0, "ScheduledRebalanceDelayMs must be >= 0.")
+    _require(-128 <= req.error <= 127, "Error must fit an int8.")
+    seen: set[str] = set()
+    for m in req.members:
+        _require(m.member_id != "", "Members[].MemberId must be non-empty.")
+        _require(m.member_id not in seen, f"member {m.member_id} is listed twice in Members.")
+        seen.add(m.member_id)
+        _check_resources(m.resources, f"Members[{m.member_id}].ConnectorsAndTasks")
+
+
+def validate_put_connector(req: PutConnectorRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.connector, "Connector")
+    _require(
+        0 <= req.task_count <= MAX_TASKS_PER_CONNECTOR,
+        f"TaskCount must be between 0 and {MAX_TASKS_PER_CONNECTOR}.",
+    )
+
+
+def validate_delete_connector(req: DeleteConnectorRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.connector, "Connector")
+
+
+def _check_config_keys(keys: Iterable[str]) -> None:
+    for key in keys:
+        _require(
+            key in CONFIG_KEYS,
+            f"unknown group configuration {key!r}; known: {', '.join(CONFIG_KEYS)}.",
+        )
+
+
+def validate_alter_configs(req: AlterConfigsRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_config_keys(req.set.keys())
+    _check_config_keys(req.unset)
+    _require(not set(req.set) & set(req.unset), "a configuration cannot be both set and unset.")
+    for key, raw in req.set.items():
+        _require(
+            re.fullmatch(r"-?[0-9]+", raw) is not None,
+            f"{key} must be an integer number of milliseconds, got {raw!r}.",
+        )
+        try:
+            value = int(raw)
+        except ValueError as err:
+            raise InvalidRequest(
+                f"{key} must be an integer number of milliseconds, got {raw!r}."
+            ) from err
+        minimum = 0 if key == SCHEDULED_REBALANCE_MAX_DELAY_MS else 1
+        _require(value >= minimum, f"{key} must be >= {minimum}, got {value}.")
+        _require(value <= 2**31 - 1, f"{key} must fit an int32, got {value}.")
+    effective_session = req.set.get(SESSION_TIMEOUT_MS)
+    effective_interval = req.set.get(HEARTBEAT_INTERVAL_MS)
+    if effective_session is not None and effective_interval is not None:
+        _require(
+            int(effective_interval) < int(effective_session),
+            f"{HEARTBEAT_INTERVAL_MS} must be smaller than {SESSION_TIMEOUT_MS}.",
+        )

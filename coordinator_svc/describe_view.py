@@ -1,0 +1,60 @@
+"""Render a DescribedGroup as a readable table for `coordinator-svc describe`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _names(cat: Any) -> str:
+    items = list(cat.connectors) + [f"{t.connector}-{t.task}" for t in cat.tasks]
+    return ", ".join(items) if items else "-"
+
+
+def render_group(group: Any, now_ms: int) -> str:
+    lines = [
+        f"Group {group.group_id} ({group.group_type})  state {group.state}",
+        f"  group epoch {group.group_epoch}   assignment (target) epoch {group.assignment_epoch}",
+    ]
+    if group.assignor_member_id:
+        lines.append(
+            f"  assignor {group.assignor_name or '?'} computed by member {group.assignor_member_id}"
+        )
+    elif group.assignor_unavailable_reason:
+        lines.append(f"  no assignor: {group.assignor_unavailable_reason}")
+    if group.HasField("scheduled_rebalance_at_ms"):
+        left = (group.scheduled_rebalance_at_ms - now_ms) / 1000
+        lines.append(
+            f"  delayed rebalance due in {left:.1f}s "
+            f"(coordinator time {group.scheduled_rebalance_at_ms})"
+        )
+    else:
+        lines.append("  no delayed rebalance pending")
+    if group.last_assignment_error:
+        lines.append(
+            f"  last assignment error {group.last_assignment_error}: "
+            f"{group.last_assignment_error_message}"
+        )
+    catalogue = ", ".join(f"{c.name} ({c.task_count} tasks)" for c in group.catalogue)
+    lines.append(f"  catalogue: {catalogue or 'empty'}")
+    configs = ", ".join(f"{k}={v}" for k, v in sorted(group.group_configs.items()))
+    lines.append(f"  configs: {configs}")
+    header = ("MEMBER", "INSTANCE", "EPOCH", "STATE", "CURRENT", "PENDING REVOCATION", "TARGET")
+    rows = [header] + [
+        (
+            m.member_id,
+            m.instance_id if m.HasField("instance_id") else "-",
+            str(m.member_epoch),
+            m.state,
+            _names(m.current_assignment),
+            _names(m.pending_revocation),
+            _names(m.target_assignment),
+        )
+        for m in group.members
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines.append("")
+    for r in rows:
+        lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)))
+    if not group.members:
+        lines.append("  (no members)")
+    return "\n".join(lines)

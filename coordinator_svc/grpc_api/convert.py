@@ -1,0 +1,223 @@
+"""Proto <-> core conversion: the one place that knows both the wire types and the core's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
+
+from ..core.messages import (
+    AlterConfigsRequest,
+    DeleteConnectorRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    InstallRequest,
+    InstallResponse,
+    MemberTarget,
+    PrepareRequest,
+    PrepareResponse,
+    PutConnectorRequest,
+)
+from ..core.model import Assignor, GroupConfigDefaults, GroupState
+from ..core.resources import ResourceSet, TaskId
+
+
+def resources_from(msg: Any) -> ResourceSet:
+    return ResourceSet(
+        frozenset(msg.connectors), frozenset(TaskId(t.connector, t.task) for t in msg.tasks)
+    )
+
+
+def resources_to(resources: ResourceSet, msg: Any | None = None) -> Any:
+    out = msg if msg is not None else common_pb2.ConnectorsAndTasks()
+    out.connectors.extend(resources.sorted_connectors())
+    out.tasks.extend(
+        common_pb2.ConnectorTaskId(connector=t.connector, task=t.task)
+        for t in resources.sorted_tasks()
+    )
+    return out
+
+
+def assignor_from(msg: Any) -> Assignor:
+    return Assignor(
+        name=msg.name,
+        minimum_version=msg.minimum_version,
+        maximum_version=msg.maximum_version,
+        reason=msg.reason,
+        version=msg.version,
+        metadata=bytes(msg.metadata),
+    )
+
+
+def assignor_to(a: Assignor) -> Any:
+    return common_pb2.Assignor(
+        name=a.name,
+        minimum_version=a.minimum_version,
+        maximum_version=a.maximum_version,
+        reason=a.reason,
+        version=a.version,
+        metadata=a.metadata,
+    )
+
+
+def heartbeat_request(msg: Any) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        group_id=msg.group_id,
+        member_id=msg.member_id,
+        member_epoch=msg.member_epoch,
+        instance_id=msg.instance_id if msg.HasField("instance_id") else None,
+        rebalance_timeout_ms=(
+            msg.rebalance_timeout_ms if msg.HasField("rebalance_timeout_ms") else None
+        ),
+        server_assignor=msg.server_assignor if msg.HasField("server_assignor") else None,
+        client_assignors=(
+            tuple(assignor_from(a) for a in msg.client_assignors.assignors)
+            if msg.HasField("client_assignors")
+            else None
+        ),
+        owned=(
+            resources_from(msg.connectors_and_tasks)
+            if msg.HasField("connectors_and_tasks")
+            else None
+        ),
+        url=msg.url if msg.HasField("url") else None,
+    )
+
+
+def heartbeat_response(resp: HeartbeatResponse) -> Any:
+    out = coordinator_pb2.ConnectGroupHeartbeatResponse(
+        error_code=int(resp.error_code),
+        error_message=resp.error_message,
+        member_epoch=resp.member_epoch,
+        heartbeat_interval_ms=resp.heartbeat_interval_ms,
+        session_timeout_ms=resp.session_timeout_ms,
+    )
+    if resp.assignment is not None:
+        a = resp.assignment
+        out.assignment.error = a.error
+        out.assignment.version = a.version
+        out.assignment.metadata = a.metadata
+        resources_to(a.resources, out.assignment.connectors_and_tasks)
+        out.assignment.SetInParent()
+        out.assignment.connectors_and_tasks.SetInParent()
+    return out
+
+
+def prepare_request(msg: Any) -> PrepareRequest:
+    return PrepareRequest(msg.group_id, msg.member_id, msg.member_epoch)
+
+
+def prepare_response(resp: PrepareResponse) -> Any:
+    out = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
+        error_code=int(resp.error_code),
+        error_message=resp.error_message,
+        group_epoch=resp.group_epoch,
+        assignor_name=resp.assignor_name,
+        assignor_version=resp.assignor_version,
+        assignment_epoch=resp.assignment_epoch,
+        assignor_state=resp.assignor_state,
+        coordinator_time_ms=resp.coordinator_time_ms,
+    )
+    for m in resp.members:
+        pm = out.members.add(
+            member_id=m.member_id,
+            member_epoch=m.member_epoch,
+            url=m.url,
+            assignor=assignor_to(m.assignor),
+        )
+        if m.instance_id is not None:
+            pm.instance_id = m.instance_id
+        resources_to(m.owned, pm.connectors_and_tasks)
+    for c in resp.catalogue:
+        out.catalogue.add(name=c.name, task_count=c.task_count, config=dict(c.config))
+    for t in resp.target:
+        entry = out.target_assignment.add(
+            member_id=t.member_id, version=t.version, metadata=t.metadata
+        )
+        resources_to(t.resources, entry.connectors_and_tasks)
+    out.group_configs.update(resp.group_configs)
+    if resp.scheduled_rebalance_at_ms is not None:
+        out.scheduled_rebalance_at_ms = resp.scheduled_rebalance_at_ms
+    return out
+
+
+def install_request(msg: Any) -> InstallRequest:
+    return InstallRequest(
+        group_id=msg.group_id,
+        member_id=msg.member_id,
+        member_epoch=msg.member_epoch,
+        group_epoch=msg.group_epoch,
+        error=msg.error,
+        error_message=msg.error_message,
+        members=tuple(
+            MemberTarget(
+                m.member_id, resources_from(m.connectors_and_tasks), m.version, bytes(m.metadata)
+            )
+            for m in msg.members
+        ),
+        assignor_state=bytes(msg.assignor_state),
+        scheduled_rebalance_delay_ms=msg.scheduled_rebalance_delay_ms,
+    )
+
+
+def install_response(resp: InstallResponse) -> Any:
+    return coordinator_pb2.ConnectGroupInstallAssignmentResponse(
+        error_code=int(resp.error_code), error_message=resp.error_message
+    )
+
+
+def put_connector_request(msg: Any, caller: str) -> PutConnectorRequest:
+    return PutConnectorRequest(
+        msg.group_id, msg.connector, msg.task_count, dict(msg.config), caller
+    )
+
+
+def delete_connector_request(msg: Any, caller: str) -> DeleteConnectorRequest:
+    return DeleteConnectorRequest(msg.group_id, msg.connector, caller)
+
+
+def alter_configs_request(msg: Any, caller: str) -> AlterConfigsRequest:
+    return AlterConfigsRequest(msg.group_id, dict(msg.set), tuple(msg.unset), caller)
+
+
+def described_group(
+    state: GroupState,
+    defaults: GroupConfigDefaults,
+    now_ms: int,
+    assignor_reason: str,
+    assignor_name: str,
+) -> Any:
+    out = admin_pb2.DescribedGroup(
+        group_id=state.group_id,
+        group_type="connect",
+        state=state.status().value,
+        group_epoch=state.group_epoch,
+        assignment_epoch=state.assignment_epoch,
+        assignor_name=assignor_name,
+        assignor_member_id=state.meta.assignor_member_id or "",
+        assignor_unavailable_reason=assignor_reason,
+        last_assignment_error=state.meta.last_assignment_error,
+        last_assignment_error_message=state.meta.last_assignment_error_message,
+        coordinator_time_ms=now_ms,
+        assignor_state=state.target.assignor_state,
+    )
+    if state.target.scheduled_rebalance_at_ms is not None:
+        out.scheduled_rebalance_at_ms = state.target.scheduled_rebalance_at_ms
+    for c in sorted(state.catalogue.values(), key=lambda c: c.name):
+        out.catalogue.add(name=c.name, task_count=c.task_count, config=dict(c.config))
+    out.group_configs.update({**defaults.as_map(), **state.configs})
+    for m in sorted(state.members.values(), key=lambda m: m.member_id):
+        dm = out.members.add(
+            member_id=m.member_id,
+            url=m.url,
+            member_epoch=m.member_epoch,
+            state=m.state.value,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+        )
+        if m.instance_id is not None:
+            dm.instance_id = m.instance_id
+        resources_to(m.assigned, dm.current_assignment)
+        resources_to(m.pending_revocation, dm.pending_revocation)
+        resources_to(state.target.of(m.member_id).resources, dm.target_assignment)
+        dm.assignors.extend(assignor_to(a) for a in m.assignors)
+    return out

@@ -1,0 +1,269 @@
+"""gRPC servicers: decode, run the core handler through the GroupManager, encode.
+
+Errors are in-band (error_code + error_message); a gRPC status other than OK only ever comes from
+the transport. Unexpected exceptions become UNKNOWN_SERVER_ERROR and are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+
+from ..core.admin import alter_configs, delete_connector, put_connector
+from ..core.assignment import current_selection, install_assignment, prepare_assignment
+from ..core.errors import CoordinatorError, ErrorCode
+from ..core.heartbeat import heartbeat
+from ..core.model import GroupConfigDefaults, GroupState
+from ..core.results import Result
+from ..core.selection import NoSelection
+from ..core.validation import (
+    validate_alter_configs,
+    validate_delete_connector,
+    validate_group_id,
+    validate_heartbeat,
+    validate_install,
+    validate_prepare,
+    validate_put_connector,
+)
+from ..runtime.groups import GroupManager, NotOwner
+from . import convert
+
+log = logging.getLogger("coordinator.grpc")
+
+T = TypeVar("T")
+Q = TypeVar("Q")
+
+
+def _error_pair(error: BaseException) -> tuple[ErrorCode, str]:
+    if isinstance(error, CoordinatorError):
+        return error.code, error.message
+    log.error("unexpected error", exc_info=error)
+    return ErrorCode.UNKNOWN_SERVER_ERROR, (
+        f"internal error ({type(error).__name__}); the coordinator's log has the details."
+    )
+
+
+class _Base:
+    def __init__(self, manager: GroupManager) -> None:
+        self.manager = manager
+        self.defaults = manager.defaults
+
+    def _run(self, rpc: str, call: Callable[[], T], on_error: Callable[[ErrorCode, str], T]) -> T:
+        try:
+            return call()
+        except Exception as error:
+            code, message = _error_pair(error)
+            self.manager.metrics.errors.labels(rpc, code.name).inc()
+            return on_error(code, message)
+
+    def _serve(
+        self,
+        rpc: str,
+        request: Any,
+        decode: Callable[[Any], Q],
+        validate: Callable[[Q], None],
+        handle: Callable[[GroupState | None, Q, int, GroupConfigDefaults], Result[Any]],
+        encode: Callable[[Any], Any],
+        failure: Callable[[ErrorCode, str], Any],
+    ) -> Any:
+        """Decode, validate (before any ownership step, so bad input touches nothing), run the
+        core handler on the group's owner, count errors, encode."""
+
+        def call() -> Any:
+            req = decode(request)
+            validate(req)
+            resp = self.manager.execute(
+                req.group_id,  # type: ignore[attr-defined]
+                lambda state, now: handle(state, req, now, self.defaults),
+            )
+            if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
+                self.manager.metrics.errors.labels(rpc, ErrorCode(resp.error_code).name).inc()
+            return encode(resp)
+
+        return self._run(rpc, call, failure)
+
+
+class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):  # type: ignore[misc]
+    def ConnectGroupHeartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
+        started = time.perf_counter()
+        out = self._serve(
+            "ConnectGroupHeartbeat",
+            request,
+            convert.heartbeat_request,
+            validate_heartbeat,
+            heartbeat,
+            convert.heartbeat_response,
+            lambda code, msg: coordinator_pb2.ConnectGroupHeartbeatResponse(
+                error_code=int(code), error_message=msg, member_epoch=request.member_epoch
+            ),
+        )
+        self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
+        return out
+
+    def ConnectGroupPrepareAssignment(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._serve(
+            "ConnectGroupPrepareAssignment",
+            request,
+            convert.prepare_request,
+            validate_prepare,
+            prepare_assignment,
+            convert.prepare_response,
+            lambda code, msg: coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
+    def ConnectGroupInstallAssignment(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._serve(
+            "ConnectGroupInstallAssignment",
+            request,
+            convert.install_request,
+            validate_install,
+            install_assignment,
+            convert.install_response,
+            lambda code, msg: coordinator_pb2.ConnectGroupInstallAssignmentResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
+
+class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: ignore[misc]
+    def PutConnector(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._serve(
+            "PutConnector",
+            request,
+            lambda msg: convert.put_connector_request(msg, context.peer()),
+            validate_put_connector,
+            put_connector,
+            lambda resp: admin_pb2.PutConnectorResponse(
+                error_code=int(resp.error_code),
+                error_message=resp.error_message,
+                group_epoch=resp.group_epoch,
+                created=resp.created,
+                rebalance_triggered=resp.rebalance_triggered,
+            ),
+            lambda code, msg: admin_pb2.PutConnectorResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
+    def DeleteConnector(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._serve(
+            "DeleteConnector",
+            request,
+            lambda msg: convert.delete_connector_request(msg, context.peer()),
+            validate_delete_connector,
+            delete_connector,
+            lambda resp: admin_pb2.DeleteConnectorResponse(
+                error_code=int(resp.error_code),
+                error_message=resp.error_message,
+                group_epoch=resp.group_epoch,
+            ),
+            lambda code, msg: admin_pb2.DeleteConnectorResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
+    def AlterGroupConfigs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        def encode(resp: Any) -> Any:
+            out = admin_pb2.AlterGroupConfigsResponse(
+                error_code=int(resp.error_code), error_message=resp.error_message
+            )
+            out.effective_configs.update(resp.effective_configs)
+            return out
+
+        return self._serve(
+            "AlterGroupConfigs",
+            request,
+            lambda msg: convert.alter_configs_request(msg, context.peer()),
+            validate_alter_configs,
+            alter_configs,
+            encode,
+            lambda code, msg: admin_pb2.AlterGroupConfigsResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )
+
+    def ListGroups(self, request: Any, context: grpc.ServicerContext) -> Any:
+        def call() -> Any:
+            out = admin_pb2.ListGroupsResponse()
+            for group_id in self.manager.store.group_ids():
+                state = self.manager.store.load_group(group_id)
+                if state is None:
+                    continue
+                out.groups.add(
+                    group_id=group_id,
+                    group_type="connect",
+                    state=state.status().value,
+                    group_epoch=state.group_epoch,
+                    member_count=len(state.members),
+                )
+            return out
+
+        return self._run(
+            "ListGroups",
+            call,
+            lambda code, msg: admin_pb2.ListGroupsResponse(error_code=int(code), error_message=msg),
+        )
+
+    def DescribeGroups(self, request: Any, context: grpc.ServicerContext) -> Any:
+        out = admin_pb2.DescribeGroupsResponse()
+        for group_id in request.group_ids:
+            out.groups.append(self._describe(group_id))
+        return out
+
+    def _describe(self, group_id: str) -> Any:
+        def describe(state: GroupState | None, now: int) -> Result[Any]:
+            if state is None:
+                return Result(
+                    [],
+                    admin_pb2.DescribedGroup(
+                        group_id=group_id,
+                        error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                        error_message=f"group {group_id!r} does not exist.",
+                    ),
+                )
+            selection = current_selection(state)
+            if isinstance(selection, NoSelection):
+                reason, name = selection.reason, ""
+            else:
+                reason, name = "", selection.assignor_name
+            return Result([], convert.described_group(state, self.defaults, now, reason, name))
+
+        def call() -> Any:
+            validate_group_id(group_id)
+            return self.manager.execute(group_id, describe)
+
+        def failed(code: ErrorCode, msg: str) -> Any:
+            return admin_pb2.DescribedGroup(
+                group_id=group_id, error_code=int(code), error_message=msg
+            )
+
+        return self._run("DescribeGroups", call, failed)
+
+    def FindCoordinator(self, request: Any, context: grpc.ServicerContext) -> Any:
+        def answer(address: str) -> Any:
+            host, _, port = address.rpartition(":")
+            return admin_pb2.FindCoordinatorResponse(
+                host=host, port=int(port) if port.isdigit() else 0, node_id=address
+            )
+
+        def call() -> Any:
+            validate_group_id(request.group_id)
+            try:
+                return answer(self.manager.owner_address(request.group_id))
+            except NotOwner as other:
+                return answer(other.owner_address)
+
+        return self._run(
+            "FindCoordinator",
+            call,
+            lambda code, msg: admin_pb2.FindCoordinatorResponse(
+                error_code=int(code), error_message=msg
+            ),
+        )

@@ -1,0 +1,52 @@
+"""Schema migrations through Alembic's command API, and database URL handling.
+
+The migration scripts live in the repository's `migrations/` directory; an installed wheel carries
+them as `coordinator_svc/_migrations` (pyproject's `force-include`). `upgrade_to_head(url)` is what
+`coordinator-svc migrate` and `serve` run.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import URL, make_url
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # coordinator_svc/
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse a SQLAlchemy URL; plain `postgresql://` (whose default driver, psycopg2, is not a
+    dependency) means psycopg 3."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def migrations_dir() -> Path:
+    """The Alembic script directory: inside an installed wheel, else the checkout's."""
+    candidates = (_PACKAGE_DIR / "_migrations", _PACKAGE_DIR.parent / "migrations")
+    for candidate in candidates:
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "Alembic migrations not found; looked in " + ", ".join(str(c) for c in candidates)
+    )
+
+
+def alembic_config(url: str | URL) -> Config:
+    """An Alembic config for `url` without an ini file. The URL is passed as `-x url=...`, which
+    env.py prefers over `DATABASE_URL` and the config."""
+    rendered = normalize_url(url).render_as_string(hide_password=False)
+    config = Config(cmd_opts=Namespace(x=[f"url={rendered}"]))
+    config.set_main_option("script_location", str(migrations_dir()))
+    return config
+
+
+def upgrade_to_head(url: str | URL) -> None:
+    """`alembic upgrade head` against `url` (safe to run from several processes at once on
+    PostgreSQL: env.py serialises them with an advisory lock)."""
+    command.upgrade(alembic_config(url), "head")

@@ -1,0 +1,297 @@
+"""Rows <-> core values: the one conversion module between the database and the pure core.
+
+Every function here is pure. `*_row` functions turn a core value into the column dict of one row
+(keys are column names); `*_from_row(s)` functions turn rows (any `Mapping[str, Any]`, such as a
+SQLAlchemy `RowMapping`) back into core values, so that `load` rebuilds exactly what was committed.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
+from typing import Any
+
+from coordinator_svc.core.model import (
+    Assignor,
+    Connector,
+    GroupMeta,
+    Hold,
+    Member,
+    MemberState,
+    PreparedSnapshot,
+    TargetAssignment,
+    TargetEntry,
+)
+from coordinator_svc.core.records import (
+    ConfigRecord,
+    ConnectorRecord,
+    EventRecord,
+    GroupMetaRecord,
+    MemberRecord,
+    Record,
+    TargetRecord,
+)
+from coordinator_svc.core.resources import ResourceSet
+
+from .schema import GROUP_TYPE_CONNECT
+
+Row = Mapping[str, Any]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ms_to_datetime(at_ms: int) -> datetime:
+    """Milliseconds since the Unix epoch -> an exact timezone-aware UTC datetime."""
+    return _EPOCH + timedelta(milliseconds=at_ms)
+
+
+def _resources(data: Any) -> ResourceSet:
+    return ResourceSet.from_json(data)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any) -> bytes:
+    return base64.b64decode(str(text)) if text else b""
+
+
+# --- groups -------------------------------------------------------------------------------
+
+
+def group_row(meta: GroupMeta) -> dict[str, Any]:
+    prepared = meta.prepared
+    return {
+        "group_id": meta.group_id,
+        "group_type": GROUP_TYPE_CONNECT,
+        "group_epoch": meta.group_epoch,
+        "created_at_ms": meta.created_at_ms,
+        "assignor_member_id": meta.assignor_member_id,
+        "compute_requested_epoch": meta.compute_requested_epoch,
+        "excluded_assignors": sorted(meta.excluded_assignors),
+        "compute_not_before_ms": meta.compute_not_before_ms,
+        "last_assignment_error": meta.last_assignment_error,
+        "last_assignment_error_message": meta.last_assignment_error_message,
+        "prepared": None
+        if prepared is None
+        else {
+            "group_epoch": prepared.group_epoch,
+            "member_ids": sorted(prepared.member_ids),
+            "catalogue": prepared.catalogue.to_json(),
+        },
+        "holds": [
+            {"member_id": h.member_id, "resources": h.resources.to_json(), "until_ms": h.until_ms}
+            for h in meta.holds
+        ],
+    }
+
+
+def meta_from_row(row: Row) -> GroupMeta:
+    prepared = row["prepared"]
+    return GroupMeta(
+        group_id=row["group_id"],
+        group_epoch=row["group_epoch"],
+        created_at_ms=row["created_at_ms"],
+        assignor_member_id=row["assignor_member_id"],
+        compute_requested_epoch=row["compute_requested_epoch"],
+        excluded_assignors=frozenset(str(m) for m in row["excluded_assignors"] or ()),
+        compute_not_before_ms=row["compute_not_before_ms"],
+        last_assignment_error=row["last_assignment_error"],
+        last_assignment_error_message=row["last_assignment_error_message"],
+        prepared=None
+        if prepared is None
+        else PreparedSnapshot(
+            group_epoch=int(prepared["group_epoch"]),
+            member_ids=frozenset(str(m) for m in prepared["member_ids"]),
+            catalogue=_resources(prepared["catalogue"]),
+        ),
+        holds=tuple(
+            Hold(str(h["member_id"]), _resources(h["resources"]), int(h["until_ms"]))
+            for h in row["holds"] or ()
+        ),
+    )
+
+
+# --- members ------------------------------------------------------------------------------
+
+
+def _assignor_json(a: Assignor) -> dict[str, Any]:
+    return {
+        "name": a.name,
+        "minimum_version": a.minimum_version,
+        "maximum_version": a.maximum_version,
+        "reason": a.reason,
+        "version": a.version,
+        "metadata": _b64(a.metadata),
+    }
+
+
+def _assignor_from_json(data: Mapping[str, Any]) -> Assignor:
+    return Assignor(
+        name=str(data["name"]),
+        minimum_version=int(data["minimum_version"]),
+        maximum_version=int(data["maximum_version"]),
+        reason=int(data.get("reason", 0)),
+        version=int(data.get("version", 0)),
+        metadata=_unb64(data.get("metadata")),
+    )
+
+
+def member_row(group_id: str, member: Member) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "member_id": member.member_id,
+        "instance_id": member.instance_id,
+        "url": member.url,
+        "member_epoch": member.member_epoch,
+        "previous_epoch": member.previous_epoch,
+        "state": member.state.value,
+        "rebalance_timeout_ms": member.rebalance_timeout_ms,
+        "assignors": [_assignor_json(a) for a in member.assignors],
+        "assigned": member.assigned.to_json(),
+        "pending_revocation": member.pending_revocation.to_json(),
+    }
+
+
+def member_from_row(row: Row) -> Member:
+    return Member(
+        member_id=row["member_id"],
+        member_epoch=row["member_epoch"],
+        previous_epoch=row["previous_epoch"],
+        instance_id=row["instance_id"],
+        url=row["url"],
+        rebalance_timeout_ms=row["rebalance_timeout_ms"],
+        assignors=tuple(_assignor_from_json(a) for a in row["assignors"] or ()),
+        state=MemberState(row["state"]),
+        assigned=_resources(row["assigned"]),
+        pending_revocation=_resources(row["pending_revocation"]),
+    )
+
+
+# --- catalogue, configs -------------------------------------------------------------------
+
+
+def connector_row(group_id: str, connector: Connector) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "name": connector.name,
+        "task_count": connector.task_count,
+        "config": dict(connector.config),
+    }
+
+
+def connector_from_row(row: Row) -> Connector:
+    config = row["config"] or {}
+    return Connector(
+        name=row["name"],
+        task_count=row["task_count"],
+        config=MappingProxyType({str(k): str(v) for k, v in config.items()}),
+    )
+
+
+def config_rows(group_id: str, configs: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [
+        {"group_id": group_id, "name": name, "value": value}
+        for name, value in sorted(configs.items())
+    ]
+
+
+def configs_from_rows(rows: Iterable[Row]) -> dict[str, str]:
+    return {row["name"]: row["value"] for row in rows}
+
+
+# --- target assignment --------------------------------------------------------------------
+
+
+def target_row(group_id: str, target: TargetAssignment) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "assignment_epoch": target.assignment_epoch,
+        "assignor_state": bytes(target.assignor_state),
+        "scheduled_rebalance_at_ms": target.scheduled_rebalance_at_ms,
+    }
+
+
+def target_member_rows(group_id: str, target: TargetAssignment) -> list[dict[str, Any]]:
+    return [
+        {
+            "group_id": group_id,
+            "member_id": member_id,
+            "resources": entry.resources.to_json(),
+            "version": entry.version,
+            "metadata": bytes(entry.metadata),
+        }
+        for member_id, entry in sorted(target.members.items())
+    ]
+
+
+def target_from_rows(row: Row, member_rows: Iterable[Row]) -> TargetAssignment:
+    entries = {
+        m["member_id"]: TargetEntry(
+            resources=_resources(m["resources"]),
+            version=m["version"],
+            metadata=bytes(m["metadata"] or b""),
+        )
+        for m in member_rows
+    }
+    return TargetAssignment(
+        assignment_epoch=row["assignment_epoch"],
+        members=MappingProxyType(entries),
+        assignor_state=bytes(row["assignor_state"] or b""),
+        scheduled_rebalance_at_ms=row["scheduled_rebalance_at_ms"],
+    )
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+def event_row(event: EventRecord) -> dict[str, Any]:
+    return {
+        "occurred_at": ms_to_datetime(event.at_ms),
+        "at_ms": event.at_ms,
+        "group_id": event.group_id,
+        "group_epoch": event.group_epoch,
+        "event_type": event.event_type.value,
+        "member_id": event.member_id,
+        "payload": dict(event.payload),
+    }
+
+
+# --- a whole group ------------------------------------------------------------------------
+
+
+def group_records(
+    group_row_: Row,
+    target: Row | None,
+    target_members: Sequence[Row],
+    configs: Sequence[Row],
+    connectors: Sequence[Row],
+    members: Sequence[Row],
+) -> list[Record]:
+    """The records that rebuild a stored group through `replay.new_state`: metadata first, then
+    the target, configurations, catalogue and members.
+
+    A group whose target lags its group epoch (ASSIGNING) is first introduced at the target's
+    epoch and then moved to its real metadata, so that the target is accepted whatever placeholder
+    `replay.new_state` starts from (at the group epoch, a TargetRecord for a lower epoch would look
+    like a step down); replay still checks every step.
+    """
+    meta = meta_from_row(group_row_)
+    records: list[Record] = []
+    if target is None:
+        records.append(GroupMetaRecord(meta))
+    else:
+        assigned = target_from_rows(target, target_members)
+        if assigned.assignment_epoch < meta.group_epoch:
+            records.append(GroupMetaRecord(replace(meta, group_epoch=assigned.assignment_epoch)))
+        records.append(GroupMetaRecord(meta))
+        records.append(TargetRecord(meta.group_id, assigned))
+    if configs:
+        records.append(ConfigRecord(meta.group_id, configs_from_rows(configs)))
+    records.extend(ConnectorRecord(meta.group_id, connector_from_row(c)) for c in connectors)
+    records.extend(MemberRecord(meta.group_id, member_from_row(m)) for m in members)
+    return records

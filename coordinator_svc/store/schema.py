@@ -1,0 +1,224 @@
+"""The coordinator's tables (SQLAlchemy 2 declarative). The schema is created only by Alembic
+(`migrations/`); `alembic check` compares this metadata with the database, so a change here needs
+a migration.
+
+One row per entity of the core's state (model.py): a group's metadata, its members, catalogue,
+target assignment and configurations; plus the group leases (ownership, DESIGN 3.16) and the
+append-only audit trail (DESIGN 3.17). Sets of resources are stored as `ResourceSet.to_json`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+GROUP_ID_LENGTH = 249
+GROUP_TYPE_CONNECT = "connect"
+MEMBER_STATES = ("STABLE", "UNREVOKED", "UNRELEASED", "LEFT")
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+"""JSON everywhere; JSONB on PostgreSQL."""
+
+BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""A 64-bit surrogate key; plain INTEGER on SQLite so that it is the auto-incrementing rowid."""
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """A timezone-aware timestamp, always handed out in UTC.
+
+    PostgreSQL stores `timestamptz`; SQLite stores naive UTC text (which sorts and compares
+    correctly as text), so values are converted to UTC on the way in and marked UTC on the way out.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware one")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime from the database, got {value!r}")
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _group_fk(table: str = "groups") -> sa.ForeignKey:
+    return sa.ForeignKey(f"{table}.group_id", ondelete="CASCADE")
+
+
+class Group(Base):
+    """A group's metadata (`GroupMeta`)."""
+
+    __tablename__ = "groups"
+    __table_args__ = (
+        sa.CheckConstraint(f"group_type = '{GROUP_TYPE_CONNECT}'", name="group_type"),
+    )
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), primary_key=True)
+    group_type: Mapped[str] = mapped_column(sa.String(16))
+    group_epoch: Mapped[int] = mapped_column(sa.Integer)
+    created_at_ms: Mapped[int] = mapped_column(sa.BigInteger)
+    assignor_member_id: Mapped[str | None] = mapped_column(sa.String)
+    compute_requested_epoch: Mapped[int | None] = mapped_column(sa.Integer)
+    excluded_assignors: Mapped[list[str]] = mapped_column(JSON)
+    compute_not_before_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
+    last_assignment_error: Mapped[int] = mapped_column(sa.Integer)
+    last_assignment_error_message: Mapped[str] = mapped_column(sa.Text)
+    prepared: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    holds: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+
+
+class GroupLease(Base):
+    """Which coordinator process owns a group, until when (DESIGN 3.16). No foreign key: a lease
+    is taken before the group exists (the request that creates it needs the lease)."""
+
+    __tablename__ = "group_leases"
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), primary_key=True)
+    owner_id: Mapped[str] = mapped_column(sa.String)
+    advertised_address: Mapped[str] = mapped_column(sa.String)
+    token: Mapped[int] = mapped_column(sa.BigInteger)
+    lease_until: Mapped[datetime] = mapped_column(UtcDateTime)
+    acquired_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class MemberRow(Base):
+    """A member and its current assignment (`Member`)."""
+
+    __tablename__ = "members"
+    __table_args__ = (
+        sa.Index("ix_members_group_id_instance_id", "group_id", "instance_id", unique=True),
+        sa.CheckConstraint(
+            "state IN (" + ", ".join(f"'{s}'" for s in MEMBER_STATES) + ")", name="state"
+        ),
+    )
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), _group_fk(), primary_key=True)
+    member_id: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    instance_id: Mapped[str | None] = mapped_column(sa.String)
+    url: Mapped[str] = mapped_column(sa.Text)
+    member_epoch: Mapped[int] = mapped_column(sa.Integer)
+    previous_epoch: Mapped[int] = mapped_column(sa.Integer)
+    state: Mapped[str] = mapped_column(sa.String(16))
+    rebalance_timeout_ms: Mapped[int] = mapped_column(sa.Integer)
+    assignors: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    assigned: Mapped[dict[str, Any]] = mapped_column(JSON)
+    pending_revocation: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class ConnectorRow(Base):
+    """One connector of the catalogue (`Connector`)."""
+
+    __tablename__ = "connectors"
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), _group_fk(), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    task_count: Mapped[int] = mapped_column(sa.Integer)
+    config: Mapped[dict[str, str]] = mapped_column(JSON)
+
+
+class TargetAssignmentRow(Base):
+    """A group's target assignment, without its per-member shares (`TargetAssignment`)."""
+
+    __tablename__ = "target_assignments"
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), _group_fk(), primary_key=True)
+    assignment_epoch: Mapped[int] = mapped_column(sa.Integer)
+    assignor_state: Mapped[bytes] = mapped_column(sa.LargeBinary)
+    scheduled_rebalance_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
+
+
+class TargetAssignmentMemberRow(Base):
+    """One member's share of the target (`TargetEntry`). The member may have left since: no
+    foreign key to `members`."""
+
+    __tablename__ = "target_assignment_members"
+
+    group_id: Mapped[str] = mapped_column(
+        sa.String(GROUP_ID_LENGTH), _group_fk("target_assignments"), primary_key=True
+    )
+    member_id: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON)
+    version: Mapped[int] = mapped_column(sa.Integer)
+    metadata_: Mapped[bytes] = mapped_column("metadata", sa.LargeBinary)
+
+
+class GroupConfigRow(Base):
+    """One group configuration set through AlterGroupConfigs (unset ones use server defaults)."""
+
+    __tablename__ = "group_configs"
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), _group_fk(), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    value: Mapped[str] = mapped_column(sa.Text)
+
+
+class EventRow(Base):
+    """The append-only audit trail (DESIGN 3.17). No foreign key: the trail outlives its group.
+    Ids increase in commit order per group (commits of a group are serialised by its lease row)."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        sa.Index("ix_events_group_id_id", "group_id", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
+    occurred_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    at_ms: Mapped[int] = mapped_column(sa.BigInteger)
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH))
+    group_epoch: Mapped[int] = mapped_column(sa.Integer)
+    event_type: Mapped[str] = mapped_column(sa.String(64))
+    member_id: Mapped[str | None] = mapped_column(sa.String)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+def _table(model: type[Base]) -> sa.Table:
+    table = model.__table__
+    assert isinstance(table, sa.Table)
+    return table
+
+
+groups = _table(Group)
+group_leases = _table(GroupLease)
+members = _table(MemberRow)
+connectors = _table(ConnectorRow)
+target_assignments = _table(TargetAssignmentRow)
+target_assignment_members = _table(TargetAssignmentMemberRow)
+group_configs = _table(GroupConfigRow)
+events = _table(EventRow)
+
+STATE_TABLES = (
+    groups,
+    members,
+    connectors,
+    target_assignments,
+    target_assignment_members,
+    group_configs,
+)
+"""Tables that hold group state (not leases, not events), in foreign-key order."""

@@ -1,0 +1,496 @@
+"""The SQL store: group state, leases and the audit trail in PostgreSQL or SQLite (SQLAlchemy 2
+Core, synchronous).
+
+Every commit is one transaction that first locks and checks the caller's lease in SQL, against the
+database's clock, so a stale or paused owner's writes are refused whatever its own clock says
+(DESIGN 3.16). The records of a commit are reduced to their net effect per row and written with a
+handful of statements (upserts, deletes and one multi-row event insert), since this runs on every
+state-changing heartbeat.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from coordinator_svc.core import replay
+from coordinator_svc.core.model import Connector, GroupMeta, GroupState, Member, TargetAssignment
+from coordinator_svc.core.records import (
+    ConfigRecord,
+    ConnectorRecord,
+    ConnectorRemovedRecord,
+    EventRecord,
+    GroupMetaRecord,
+    MemberRecord,
+    MemberRemovedRecord,
+    Record,
+    TargetRecord,
+)
+
+from . import rows, schema
+from .errors import Lease, LeaseHolder, LeaseLost, StoreUnavailable
+from .migrate import normalize_url, upgrade_to_head
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+POSTGRES_CONNECT_TIMEOUT_S = 5
+
+_L = schema.group_leases.c
+
+
+@dataclass(slots=True)
+class _Plan:
+    """The net effect of a commit's records, per row (later records win, as replay would)."""
+
+    group_id: str
+    meta: GroupMeta | None = None
+    configs: Mapping[str, str] | None = None
+    target: TargetAssignment | None = None
+    connectors: dict[str, Connector | None] = field(default_factory=dict)
+    members: dict[str, Member | None] = field(default_factory=dict)
+    events: list[EventRecord] = field(default_factory=list)
+
+    @staticmethod
+    def of(group_id: str, records: Iterable[Record]) -> _Plan:
+        plan = _Plan(group_id)
+        for record in records:
+            record_group = (
+                record.meta.group_id if isinstance(record, GroupMetaRecord) else record.group_id
+            )
+            if record_group != group_id:
+                raise ValueError(
+                    f"record for group {record_group!r} in a commit under the lease on {group_id!r}"
+                )
+            match record:
+                case GroupMetaRecord(meta=meta):
+                    plan.meta = meta
+                case TargetRecord(target=target):
+                    plan.target = target
+                case MemberRecord(member=member):
+                    plan.members[member.member_id] = member
+                case MemberRemovedRecord(member_id=member_id):
+                    plan.members[member_id] = None
+                case ConnectorRecord(connector=connector):
+                    plan.connectors[connector.name] = connector
+                case ConnectorRemovedRecord(name=name):
+                    plan.connectors[name] = None
+                case ConfigRecord(configs=configs):
+                    plan.configs = configs
+                case EventRecord():
+                    plan.events.append(record)
+        return plan
+
+
+def _upsert(insert: Callable[[sa.Table], Any], table: sa.Table) -> sa.Executable:
+    """INSERT ... ON CONFLICT (primary key) DO UPDATE SET every other column."""
+    stmt = insert(table)
+    keys = [c for c in table.primary_key.columns]
+    return stmt.on_conflict_do_update(  # type: ignore[no-any-return]
+        index_elements=keys,
+        set_={c.name: stmt.excluded[c.name] for c in table.columns if not c.primary_key},
+    )
+
+
+def _plain(row: sa.RowMapping) -> dict[str, Any]:
+    return dict(row)
+
+
+class SqlStore:
+    """Persistence of group state, group leases and the audit trail.
+
+    Args:
+        url: SQLAlchemy URL: `postgresql+psycopg://...` (production; plain `postgresql://` means
+            psycopg 3) or `sqlite:///path.db` (embedded).
+        owner_id: this process's identity in leases. Must be unique per process *lifetime*
+            (e.g. host name plus a random suffix): a restarted process must not reuse the id of a
+            paused predecessor.
+        advertised_address: host:port other processes name in NOT_COORDINATOR / FindCoordinator.
+        lease_ms: lease length; renew well inside it.
+    """
+
+    def __init__(
+        self, url: str, owner_id: str, advertised_address: str, lease_ms: int = 10_000
+    ) -> None:
+        if lease_ms <= 0:
+            raise ValueError("lease_ms must be positive")
+        self.url = normalize_url(url)
+        self.owner_id = owner_id
+        self.advertised_address = advertised_address
+        self.lease_ms = lease_ms
+        self._lease = timedelta(milliseconds=lease_ms)
+        backend = self.url.get_backend_name()
+        if backend not in ("postgresql", "sqlite"):
+            raise ValueError(f"unsupported database {backend!r}: use PostgreSQL or SQLite")
+        self._sqlite = backend == "sqlite"
+        self._engine = self._create_engine()
+        self._build_statements()
+
+    # --- engine ---------------------------------------------------------------------------
+
+    def _create_engine(self) -> sa.Engine:
+        if not self._sqlite:
+            connect_args: dict[str, Any] = {}
+            if "connect_timeout" not in self.url.query:
+                connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+            return sa.create_engine(self.url, pool_pre_ping=True, connect_args=connect_args)
+        engine = sa.create_engine(
+            self.url,
+            pool_pre_ping=True,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        )
+
+        @sa_event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Let SQLAlchemy's "begin" event issue BEGIN (pysqlite's own is deferred and lazy).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+                cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+                cursor.execute("PRAGMA foreign_keys=ON")
+            finally:
+                cursor.close()
+
+        @sa_event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            # Writers take the database's write lock up front: SQLite's stand-in for FOR UPDATE.
+            immediate = conn.get_execution_options().get("sqlite_immediate", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    def _now(self) -> sa.ColumnElement[datetime]:
+        """The database's current time: `clock_timestamp()` on PostgreSQL; on SQLite (no clock of
+        its own that we trust to compare with stored text) Python's UTC now, bound as `now`."""
+        if self._sqlite:
+            return sa.bindparam("p_now", type_=schema.UtcDateTime())
+        return sa.func.clock_timestamp(type_=schema.UtcDateTime())
+
+    def _until(self) -> sa.ColumnElement[datetime]:
+        if self._sqlite:
+            return sa.bindparam("p_until", type_=schema.UtcDateTime())
+        return self._now() + sa.bindparam("p_lease", self._lease, type_=sa.Interval())
+
+    def _time_params(self) -> dict[str, Any]:
+        if not self._sqlite:
+            return {}
+        now = datetime.now(UTC)
+        return {"p_now": now, "p_until": now + self._lease}
+
+    def _build_statements(self) -> None:
+        insert: Callable[[sa.Table], Any] = sqlite.insert if self._sqlite else postgresql.insert
+        now, until = self._now(), self._until()
+        t_leases = schema.group_leases
+
+        # Leases.
+        self._lease_check = (
+            sa.select(
+                _L.owner_id,
+                _L.token,
+                _L.advertised_address,
+                _L.lease_until,
+                (_L.lease_until > now).label("live"),
+            )
+            .where(_L.group_id == sa.bindparam("p_group"))
+            .with_for_update()
+        )
+        acquire = insert(t_leases).values(
+            group_id=sa.bindparam("p_group"),
+            owner_id=sa.bindparam("p_owner"),
+            advertised_address=sa.bindparam("p_address"),
+            token=1,
+            lease_until=until,
+            acquired_at=now,
+        )
+        ours_and_live = (_L.owner_id == acquire.excluded.owner_id) & (_L.lease_until > now)
+        self._acquire = acquire.on_conflict_do_update(
+            index_elements=[_L.group_id],
+            set_={
+                "owner_id": acquire.excluded.owner_id,
+                "advertised_address": acquire.excluded.advertised_address,
+                # A new tenure (other owner, or ours after it lapsed) gets a new fencing token.
+                "token": sa.case((ours_and_live, _L.token), else_=_L.token + 1),
+                "lease_until": acquire.excluded.lease_until,
+                "acquired_at": sa.case(
+                    (ours_and_live, _L.acquired_at), else_=acquire.excluded.acquired_at
+                ),
+            },
+            where=(_L.owner_id == acquire.excluded.owner_id) | (_L.lease_until <= now),
+        ).returning(_L.token)
+        self._holder_any = sa.select(_L.owner_id, _L.advertised_address, _L.lease_until).where(
+            _L.group_id == sa.bindparam("p_group")
+        )
+        self._holder_live = self._holder_any.where(_L.lease_until > now)
+        self._renew = (
+            sa.update(t_leases)
+            .where(
+                _L.owner_id == sa.bindparam("p_owner"),
+                _L.lease_until > now,
+                sa.tuple_(_L.group_id, _L.token).in_(sa.bindparam("p_keys", expanding=True)),
+            )
+            .values(lease_until=until)
+            .returning(_L.group_id, _L.token)
+        )
+        self._release = (
+            sa.update(t_leases)
+            .where(
+                _L.group_id == sa.bindparam("p_group"),
+                _L.owner_id == sa.bindparam("p_owner"),
+                _L.token == sa.bindparam("p_token"),
+                _L.lease_until > now,
+            )
+            .values(lease_until=now)
+        )
+
+        # State.
+        self._upsert_group = _upsert(insert, schema.groups)
+        self._upsert_member = _upsert(insert, schema.members)
+        self._upsert_connector = _upsert(insert, schema.connectors)
+        self._upsert_target = _upsert(insert, schema.target_assignments)
+        m, c = schema.members.c, schema.connectors.c
+        self._delete_members = sa.delete(schema.members).where(
+            m.group_id == sa.bindparam("p_group"),
+            m.member_id.in_(sa.bindparam("p_ids", expanding=True)),
+        )
+        self._delete_connectors = sa.delete(schema.connectors).where(
+            c.group_id == sa.bindparam("p_group"),
+            c.name.in_(sa.bindparam("p_ids", expanding=True)),
+        )
+        tm, gc = schema.target_assignment_members, schema.group_configs
+        self._delete_target_members = sa.delete(tm).where(tm.c.group_id == sa.bindparam("p_group"))
+        self._insert_target_members = sa.insert(tm)
+        self._delete_configs = sa.delete(gc).where(gc.c.group_id == sa.bindparam("p_group"))
+        self._insert_configs = sa.insert(gc)
+        self._insert_events = sa.insert(schema.events)
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Connection]:
+        """One transaction; connection-level failures become StoreUnavailable (nothing written).
+        Reads see one snapshot (REPEATABLE READ on PostgreSQL, a read transaction on SQLite)."""
+        try:
+            with self._engine.connect() as conn:
+                if self._sqlite:
+                    conn.execution_options(sqlite_immediate=write)
+                elif not write:
+                    conn.execution_options(isolation_level="REPEATABLE READ")
+                with conn.begin():
+                    yield conn
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
+            raise StoreUnavailable(f"database unavailable: {error.orig}") from error
+        except (sa_exc.TimeoutError, sa_exc.DisconnectionError) as error:
+            raise StoreUnavailable(f"database unavailable: {error}") from error
+        except sa_exc.DBAPIError as error:
+            if error.connection_invalidated:
+                raise StoreUnavailable(f"database connection lost: {error.orig}") from error
+            raise
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """`alembic upgrade head` on this store's database."""
+        try:
+            upgrade_to_head(self.url)
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
+            raise StoreUnavailable(f"database unavailable: {error.orig}") from error
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> SqlStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- group state ----------------------------------------------------------------------
+
+    def group_ids(self) -> list[str]:
+        with self._transaction(write=False) as conn:
+            result = conn.execute(
+                sa.select(schema.groups.c.group_id).order_by(schema.groups.c.group_id)
+            )
+            return [str(group_id) for group_id in result.scalars()]
+
+    def load_group(self, group_id: str) -> GroupState | None:
+        """The group as last committed, rebuilt through `replay` (which checks the invariants),
+        or None if it does not exist."""
+        with self._transaction(write=False) as conn:
+
+            def select(table: sa.Table, *order: sa.ColumnElement[Any]) -> list[dict[str, Any]]:
+                stmt = sa.select(table).where(table.c.group_id == group_id).order_by(*order)
+                return [_plain(row) for row in conn.execute(stmt).mappings()]
+
+            meta = select(schema.groups)
+            if not meta:
+                return None
+            target = select(schema.target_assignments)
+            target_members = select(
+                schema.target_assignment_members,
+                schema.target_assignment_members.c.member_id,
+            )
+            configs = select(schema.group_configs, schema.group_configs.c.name)
+            connectors = select(schema.connectors, schema.connectors.c.name)
+            members = select(schema.members, schema.members.c.member_id)
+        records = rows.group_records(
+            meta[0], target[0] if target else None, target_members, configs, connectors, members
+        )
+        return replay.new_state(records)
+
+    def commit(self, lease: Lease, records: Sequence[Record]) -> None:
+        """Write `records` in one transaction, if `lease` is still the group's live lease by the
+        database's clock; otherwise write nothing and raise LeaseLost naming the holder.
+
+        Records must all belong to the lease's group (ValueError otherwise). No records: nothing
+        to write, returns at once without touching the database."""
+        if not records:
+            return
+        plan = _Plan.of(lease.group_id, records)
+        with self._transaction(write=True) as conn:
+            self._check_lease(conn, lease)
+            self._write(conn, plan)
+
+    def _check_lease(self, conn: Connection, lease: Lease) -> None:
+        row = conn.execute(
+            self._lease_check, {"p_group": lease.group_id, **self._time_params()}
+        ).one_or_none()
+        if (
+            row is not None
+            and row.live
+            and row.owner_id == lease.owner_id
+            and row.token == lease.token
+        ):
+            return
+        holder = None
+        if row is not None and row.live:
+            holder = LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)
+        raise LeaseLost(lease.group_id, holder)
+
+    def _write(self, conn: Connection, plan: _Plan) -> None:
+        group_id = plan.group_id
+        if plan.meta is not None:
+            conn.execute(self._upsert_group, rows.group_row(plan.meta))
+        removed_members = [m for m, v in plan.members.items() if v is None]
+        if removed_members:
+            conn.execute(self._delete_members, {"p_group": group_id, "p_ids": removed_members})
+        removed_connectors = [c for c, v in plan.connectors.items() if v is None]
+        if removed_connectors:
+            conn.execute(
+                self._delete_connectors, {"p_group": group_id, "p_ids": removed_connectors}
+            )
+        put_connectors = [
+            rows.connector_row(group_id, v) for v in plan.connectors.values() if v is not None
+        ]
+        if put_connectors:
+            conn.execute(self._upsert_connector, put_connectors)
+        if plan.configs is not None:
+            conn.execute(self._delete_configs, {"p_group": group_id})
+            config_rows = rows.config_rows(group_id, plan.configs)
+            if config_rows:
+                conn.execute(self._insert_configs, config_rows)
+        if plan.target is not None:
+            conn.execute(self._upsert_target, rows.target_row(group_id, plan.target))
+            conn.execute(self._delete_target_members, {"p_group": group_id})
+            target_members = rows.target_member_rows(group_id, plan.target)
+            if target_members:
+                conn.execute(self._insert_target_members, target_members)
+        put_members = [rows.member_row(group_id, v) for v in plan.members.values() if v is not None]
+        if put_members:
+            conn.execute(self._upsert_member, put_members)
+        if plan.events:
+            # executemany: psycopg 3 sends the rows in one pipeline.
+            conn.execute(self._insert_events, [rows.event_row(e) for e in plan.events])
+
+    # --- leases ---------------------------------------------------------------------------
+
+    def _local_expiry(self, started: float) -> float:
+        return started + self.lease_ms / 1000
+
+    def try_acquire(self, group_id: str) -> Lease | LeaseHolder:
+        """Take the group's lease if nobody holds it, it lapsed by the database's clock, or it is
+        already ours (then it is extended, same token). Otherwise return the live holder."""
+        started = time.monotonic()
+        params = {
+            "p_group": group_id,
+            "p_owner": self.owner_id,
+            "p_address": self.advertised_address,
+            **self._time_params(),
+        }
+        with self._transaction(write=True) as conn:
+            token = conn.execute(self._acquire, params).scalar_one_or_none()
+            if token is not None:
+                return Lease(group_id, self.owner_id, int(token), self._local_expiry(started))
+            # Not taken: the conflicting row is locked by the upsert, so this is its holder.
+            row = conn.execute(self._holder_any, params).one()
+            return LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)
+
+    def renew(self, leases: Iterable[Lease]) -> list[Lease]:
+        """Extend every given lease that is still ours, same token, and not lapsed, in one
+        statement. Returns the renewed ones with their new local expiry; the others are lost."""
+        keys = [(lease.group_id, lease.token) for lease in leases]
+        if not keys:
+            return []
+        started = time.monotonic()
+        params = {"p_owner": self.owner_id, "p_keys": keys, **self._time_params()}
+        with self._transaction(write=True) as conn:
+            renewed = conn.execute(self._renew, params).all()
+        expiry = self._local_expiry(started)
+        return sorted(
+            (Lease(row.group_id, self.owner_id, int(row.token), expiry) for row in renewed),
+            key=lambda lease: lease.group_id,
+        )
+
+    def release(self, lease: Lease) -> None:
+        """Give the lease up now (graceful shutdown), so that another process can take over at
+        once. Does nothing if it is no longer ours."""
+        params = {
+            "p_group": lease.group_id,
+            "p_owner": lease.owner_id,
+            "p_token": lease.token,
+            **self._time_params(),
+        }
+        with self._transaction(write=True) as conn:
+            conn.execute(self._release, params)
+
+    def holder(self, group_id: str) -> LeaseHolder | None:
+        """The group's live lease holder (possibly this process), or None."""
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                self._holder_live, {"p_group": group_id, **self._time_params()}
+            ).one_or_none()
+        if row is None:
+            return None
+        return LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)
+
+    # --- audit and inspection -------------------------------------------------------------
+
+    def list_events(
+        self, group_id: str | None = None, after_id: int = 0, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Audit events with id > after_id, oldest first, optionally of one group."""
+        e = schema.events.c
+        stmt = sa.select(schema.events).where(e.id > after_id).order_by(e.id)
+        if group_id is not None:
+            stmt = stmt.where(e.group_id == group_id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._transaction(write=False) as conn:
+            return [_plain(row) for row in conn.execute(stmt).mappings()]
+
+    def dump(self) -> dict[str, list[dict[str, Any]]]:
+        """Every row of every state table and of the audit trail (not leases), by table name,
+        sorted by primary key: for tests that compare the database before and after."""
+        result: dict[str, list[dict[str, Any]]] = {}
+        with self._transaction(write=False) as conn:
+            for table in (*schema.STATE_TABLES, schema.events):
+                stmt = sa.select(table).order_by(*table.primary_key.columns)
+                result[table.name] = [_plain(row) for row in conn.execute(stmt).mappings()]
+        return result

@@ -1,0 +1,224 @@
+from connect.group.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PutConnectorRequest(_message.Message):
+    __slots__ = ("group_id", "connector", "task_count", "config")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    connector: str
+    task_count: int
+    config: _containers.ScalarMap[str, str]
+    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ..., task_count: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class PutConnectorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "group_epoch", "created", "rebalance_triggered")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TRIGGERED_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_epoch: int
+    created: bool
+    rebalance_triggered: bool
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., created: _Optional[bool] = ..., rebalance_triggered: _Optional[bool] = ...) -> None: ...
+
+class DeleteConnectorRequest(_message.Message):
+    __slots__ = ("group_id", "connector")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    connector: str
+    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ...) -> None: ...
+
+class DeleteConnectorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "group_epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_epoch: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ...) -> None: ...
+
+class AlterGroupConfigsRequest(_message.Message):
+    __slots__ = ("group_id", "set", "unset")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    UNSET_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    set: _containers.ScalarMap[str, str]
+    unset: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group_id: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., unset: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AlterGroupConfigsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "effective_configs")
+    class EffectiveConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    effective_configs: _containers.ScalarMap[str, str]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., effective_configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "groups")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    groups: _containers.RepeatedCompositeFieldContainer[ListedGroup]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[ListedGroup, _Mapping]]] = ...) -> None: ...
+
+class ListedGroup(_message.Message):
+    __slots__ = ("group_id", "group_type", "state", "group_epoch", "member_count")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    group_type: str
+    state: str
+    group_epoch: int
+    member_count: int
+    def __init__(self, group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., member_count: _Optional[int] = ...) -> None: ...
+
+class DescribeGroupsRequest(_message.Message):
+    __slots__ = ("group_ids",)
+    GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    group_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[DescribedGroup]
+    def __init__(self, groups: _Optional[_Iterable[_Union[DescribedGroup, _Mapping]]] = ...) -> None: ...
+
+class DescribedGroup(_message.Message):
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "state", "group_epoch", "assignment_epoch", "assignor_name", "assignor_member_id", "assignor_unavailable_reason", "scheduled_rebalance_at_ms", "catalogue", "group_configs", "members", "last_assignment_error", "last_assignment_error_message", "coordinator_time_ms", "assignor_state")
+    class GroupConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_NAME_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_REBALANCE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CATALOGUE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ASSIGNMENT_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_ASSIGNMENT_ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_STATE_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_id: str
+    group_type: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    assignor_member_id: str
+    assignor_unavailable_reason: str
+    scheduled_rebalance_at_ms: int
+    catalogue: _containers.RepeatedCompositeFieldContainer[_common_pb2.ConnectorSpec]
+    group_configs: _containers.ScalarMap[str, str]
+    members: _containers.RepeatedCompositeFieldContainer[DescribedMember]
+    last_assignment_error: int
+    last_assignment_error_message: str
+    coordinator_time_ms: int
+    assignor_state: bytes
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ...) -> None: ...
+
+class DescribedMember(_message.Message):
+    __slots__ = ("member_id", "instance_id", "url", "member_epoch", "state", "current_assignment", "pending_revocation", "target_assignment", "assignors", "rebalance_timeout_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REVOCATION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNORS_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    instance_id: str
+    url: str
+    member_epoch: int
+    state: str
+    current_assignment: _common_pb2.ConnectorsAndTasks
+    pending_revocation: _common_pb2.ConnectorsAndTasks
+    target_assignment: _common_pb2.ConnectorsAndTasks
+    assignors: _containers.RepeatedCompositeFieldContainer[_common_pb2.Assignor]
+    rebalance_timeout_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., member_epoch: _Optional[int] = ..., state: _Optional[str] = ..., current_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending_revocation: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., assignors: _Optional[_Iterable[_Union[_common_pb2.Assignor, _Mapping]]] = ..., rebalance_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class FindCoordinatorRequest(_message.Message):
+    __slots__ = ("group_id",)
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    def __init__(self, group_id: _Optional[str] = ...) -> None: ...
+
+class FindCoordinatorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "host", "port", "node_id")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    host: str
+    port: int
+    node_id: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., node_id: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,112 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NONE: _ClassVar[ErrorCode]
+    UNKNOWN_SERVER_ERROR: _ClassVar[ErrorCode]
+    COORDINATOR_LOAD_IN_PROGRESS: _ClassVar[ErrorCode]
+    COORDINATOR_NOT_AVAILABLE: _ClassVar[ErrorCode]
+    NOT_COORDINATOR: _ClassVar[ErrorCode]
+    INVALID_GROUP_ID: _ClassVar[ErrorCode]
+    UNKNOWN_MEMBER_ID: _ClassVar[ErrorCode]
+    GROUP_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
+    INVALID_REQUEST: _ClassVar[ErrorCode]
+    GROUP_ID_NOT_FOUND: _ClassVar[ErrorCode]
+    GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
+    FENCED_INSTANCE_ID: _ClassVar[ErrorCode]
+    FENCED_MEMBER_EPOCH: _ClassVar[ErrorCode]
+    UNRELEASED_INSTANCE_ID: _ClassVar[ErrorCode]
+    UNSUPPORTED_ASSIGNOR: _ClassVar[ErrorCode]
+    COMPUTE_ASSIGNMENT: _ClassVar[ErrorCode]
+    INVALID_ASSIGNMENT: _ClassVar[ErrorCode]
+NONE: ErrorCode
+UNKNOWN_SERVER_ERROR: ErrorCode
+COORDINATOR_LOAD_IN_PROGRESS: ErrorCode
+COORDINATOR_NOT_AVAILABLE: ErrorCode
+NOT_COORDINATOR: ErrorCode
+INVALID_GROUP_ID: ErrorCode
+UNKNOWN_MEMBER_ID: ErrorCode
+GROUP_AUTHORIZATION_FAILED: ErrorCode
+INVALID_REQUEST: ErrorCode
+GROUP_ID_NOT_FOUND: ErrorCode
+GROUP_MAX_SIZE_REACHED: ErrorCode
+FENCED_INSTANCE_ID: ErrorCode
+FENCED_MEMBER_EPOCH: ErrorCode
+UNRELEASED_INSTANCE_ID: ErrorCode
+UNSUPPORTED_ASSIGNOR: ErrorCode
+COMPUTE_ASSIGNMENT: ErrorCode
+INVALID_ASSIGNMENT: ErrorCode
+
+class ConnectorTaskId(_message.Message):
+    __slots__ = ("connector", "task")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ...) -> None: ...
+
+class ConnectorsAndTasks(_message.Message):
+    __slots__ = ("connectors", "tasks")
+    CONNECTORS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    connectors: _containers.RepeatedScalarFieldContainer[str]
+    tasks: _containers.RepeatedCompositeFieldContainer[ConnectorTaskId]
+    def __init__(self, connectors: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[ConnectorTaskId, _Mapping]]] = ...) -> None: ...
+
+class Assignor(_message.Message):
+    __slots__ = ("name", "minimum_version", "maximum_version", "reason", "version", "metadata")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MINIMUM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAXIMUM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int
+    version: int
+    metadata: bytes
+    def __init__(self, name: _Optional[str] = ..., minimum_version: _Optional[int] = ..., maximum_version: _Optional[int] = ..., reason: _Optional[int] = ..., version: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+
+class AssignorList(_message.Message):
+    __slots__ = ("assignors",)
+    ASSIGNORS_FIELD_NUMBER: _ClassVar[int]
+    assignors: _containers.RepeatedCompositeFieldContainer[Assignor]
+    def __init__(self, assignors: _Optional[_Iterable[_Union[Assignor, _Mapping]]] = ...) -> None: ...
+
+class ConnectorSpec(_message.Message):
+    __slots__ = ("name", "task_count", "config")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    task_count: int
+    config: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., task_count: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class MemberAssignment(_message.Message):
+    __slots__ = ("member_id", "connectors_and_tasks", "version", "metadata")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTORS_AND_TASKS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    connectors_and_tasks: ConnectorsAndTasks
+    version: int
+    metadata: bytes
+    def __init__(self, member_id: _Optional[str] = ..., connectors_and_tasks: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., version: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,157 @@
+from connect.group.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ConnectGroupHeartbeatRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "rebalance_timeout_ms", "server_assignor", "client_assignors", "connectors_and_tasks", "url")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ASSIGNORS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTORS_AND_TASKS_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str
+    rebalance_timeout_ms: int
+    server_assignor: str
+    client_assignors: _common_pb2.AssignorList
+    connectors_and_tasks: _common_pb2.ConnectorsAndTasks
+    url: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., server_assignor: _Optional[str] = ..., client_assignors: _Optional[_Union[_common_pb2.AssignorList, _Mapping]] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., url: _Optional[str] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("error", "connectors_and_tasks", "version", "metadata")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONNECTORS_AND_TASKS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    error: int
+    connectors_and_tasks: _common_pb2.ConnectorsAndTasks
+    version: int
+    metadata: bytes
+    def __init__(self, error: _Optional[int] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., version: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+
+class ConnectGroupHeartbeatResponse(_message.Message):
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "member_epoch", "heartbeat_interval_ms", "assignment", "session_timeout_ms")
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    throttle_time_ms: int
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment
+    session_timeout_ms: int
+    def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ConnectGroupPrepareAssignmentRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ...) -> None: ...
+
+class PreparedMember(_message.Message):
+    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "connectors_and_tasks")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
+    CONNECTORS_AND_TASKS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    member_epoch: int
+    instance_id: str
+    url: str
+    assignor: _common_pb2.Assignor
+    connectors_and_tasks: _common_pb2.ConnectorsAndTasks
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[_common_pb2.Assignor, _Mapping]] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ...) -> None: ...
+
+class ConnectGroupPrepareAssignmentResponse(_message.Message):
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "group_epoch", "assignor_name", "assignor_version", "members", "catalogue", "assignment_epoch", "target_assignment", "assignor_state", "group_configs", "coordinator_time_ms", "scheduled_rebalance_at_ms")
+    class GroupConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_NAME_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CATALOGUE_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_STATE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_REBALANCE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    throttle_time_ms: int
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_epoch: int
+    assignor_name: str
+    assignor_version: int
+    members: _containers.RepeatedCompositeFieldContainer[PreparedMember]
+    catalogue: _containers.RepeatedCompositeFieldContainer[_common_pb2.ConnectorSpec]
+    assignment_epoch: int
+    target_assignment: _containers.RepeatedCompositeFieldContainer[_common_pb2.MemberAssignment]
+    assignor_state: bytes
+    group_configs: _containers.ScalarMap[str, str]
+    coordinator_time_ms: int
+    scheduled_rebalance_at_ms: int
+    def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_version: _Optional[int] = ..., members: _Optional[_Iterable[_Union[PreparedMember, _Mapping]]] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., assignment_epoch: _Optional[int] = ..., target_assignment: _Optional[_Iterable[_Union[_common_pb2.MemberAssignment, _Mapping]]] = ..., assignor_state: _Optional[bytes] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., coordinator_time_ms: _Optional[int] = ..., scheduled_rebalance_at_ms: _Optional[int] = ...) -> None: ...
+
+class ConnectGroupInstallAssignmentRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch", "group_epoch", "error", "error_message", "members", "assignor_state", "scheduled_rebalance_delay_ms")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNOR_STATE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_REBALANCE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    group_epoch: int
+    error: int
+    error_message: str
+    members: _containers.RepeatedCompositeFieldContainer[_common_pb2.MemberAssignment]
+    assignor_state: bytes
+    scheduled_rebalance_delay_ms: int
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., error: _Optional[int] = ..., error_message: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.MemberAssignment, _Mapping]]] = ..., assignor_state: _Optional[bytes] = ..., scheduled_rebalance_delay_ms: _Optional[int] = ...) -> None: ...
+
+class ConnectGroupInstallAssignmentResponse(_message.Message):
+    __slots__ = ("throttle_time_ms", "error_code", "error_message")
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    throttle_time_ms: int
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Tests of the pure protocol core (coordinator_svc/core)."""

@@ -1,0 +1,1 @@
+"""Test-only support code (throwaway PostgreSQL clusters and helpers)."""

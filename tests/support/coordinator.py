@@ -1,0 +1,188 @@
+"""Real coordinators for tests: in-process (GroupManager + gRPC server on 127.0.0.1) and as a
+subprocess (`coordinator-svc serve`) that tests can SIGKILL, SIGSTOP or SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator_svc.core.model import GroupConfigDefaults
+from coordinator_svc.grpc_api.server import create_server, set_serving
+from coordinator_svc.runtime.groups import GroupManager
+from coordinator_svc.store import SqlStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+FAST_DEFAULTS = GroupConfigDefaults(
+    session_timeout_ms=3_000,
+    heartbeat_interval_ms=200,
+    rebalance_timeout_ms=5_000,
+    scheduled_rebalance_max_delay_ms=2_000,
+    assignment_error_backoff_ms=100,
+)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Stubs:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.insecure_channel(address)
+        self.coordinator = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self.channel)
+        self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class InProcessCoordinator:
+    """A coordinator in this process, on a real gRPC server bound to 127.0.0.1."""
+
+    def __init__(
+        self,
+        database_url: str,
+        defaults: GroupConfigDefaults = FAST_DEFAULTS,
+        lease_ms: int = 5_000,
+        node_id: str | None = None,
+    ) -> None:
+        self.database_url = database_url
+        self.node_id = node_id or f"test-{uuid.uuid4().hex[:6]}"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.store = SqlStore(
+            database_url, owner_id=self.node_id, advertised_address=self.address, lease_ms=lease_ms
+        )
+        self.store.migrate()
+        self.manager = GroupManager(self.store, defaults)
+        self.server, _, self.health = create_server(self.manager, self.address, max_workers=16)
+        self.stubs: Stubs | None = None
+
+    def __enter__(self) -> InProcessCoordinator:
+        self.manager.start()
+        self.server.start()
+        set_serving(self.health, True)
+        self.stubs = Stubs(self.address)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.stubs is not None:
+            self.stubs.close()
+        self.server.stop(None).wait()
+        self.manager.stop()
+        self.store.close()
+
+
+class CoordinatorProcess:
+    """`coordinator-svc serve` as a child process on 127.0.0.1."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *extra: str,
+        node_id: str | None = None,
+        log_path: Path | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.node_id = node_id or f"proc-{uuid.uuid4().hex[:6]}"
+        self.args = [
+            sys.executable,
+            "-m",
+            "coordinator_svc.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--database-url",
+            database_url,
+            "--node-id",
+            self.node_id,
+            "--session-timeout-ms",
+            str(FAST_DEFAULTS.session_timeout_ms),
+            "--heartbeat-interval-ms",
+            str(FAST_DEFAULTS.heartbeat_interval_ms),
+            "--rebalance-timeout-ms",
+            str(FAST_DEFAULTS.rebalance_timeout_ms),
+            "--scheduled-rebalance-max-delay-ms",
+            str(FAST_DEFAULTS.scheduled_rebalance_max_delay_ms),
+            *extra,
+        ]
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+
+    def start(self, timeout_s: float = 30.0) -> CoordinatorProcess:
+        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}"}
+        self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            self.args, cwd=REPO, env=env, stdout=self._log, stderr=self._log
+        )
+        self.wait_serving(timeout_s)
+        return self
+
+    def wait_serving(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        stubs = Stubs(self.address)
+        try:
+            while time.monotonic() < deadline:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"coordinator exited with {self.proc.returncode}; log: {self.log_path}"
+                    )
+                try:
+                    resp = stubs.health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+        finally:
+            stubs.close()
+        raise RuntimeError(f"coordinator on {self.address} not serving after {timeout_s}s")
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 20.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.kill()
+        if self._log not in (None, subprocess.DEVNULL):
+            self._log.close()
