@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import sqlalchemy as sa
 
 from coordinator_svc.core import replay
 from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
@@ -380,10 +381,32 @@ def test_renew_keeps_a_lease(open_store: Callable[..., SqlStore]) -> None:
     first.commit(
         renewed[0], put_connector(None, PutConnectorRequest(GROUP, "A", 1), 0, DEFAULTS).records
     )
-    # Re-acquiring a live lease of ours extends it under the same token.
-    again = first.try_acquire(GROUP)
+    # Re-acquiring a live lease we hold extends it under the same token.
+    again = first.try_acquire(GROUP, renewed[0])
     assert isinstance(again, Lease) and again.token == lease.token
     assert first.renew([]) == []
+
+
+def test_a_restarted_process_reusing_an_owner_id_does_not_inherit_the_live_lease(
+    open_store: Callable[..., SqlStore],
+) -> None:
+    """Two processes with one owner id (a reused --node-id, the old one paused) never share a
+    tenure: the newcomer sees the lease held until it lapses, then starts a new token."""
+    old = open_store("coord-a", "10.0.0.1:7000", lease_ms=300)
+    new = open_store("coord-a", "10.0.0.1:7000", lease_ms=300)
+    lease = old.try_acquire(GROUP)
+    assert isinstance(lease, Lease)
+    held = new.try_acquire(GROUP)
+    assert isinstance(held, LeaseHolder) and held.owner_id == "coord-a"
+    time.sleep(0.45)
+    taken = new.try_acquire(GROUP)
+    assert isinstance(taken, Lease) and taken.token == lease.token + 1
+    # The old process's lease is fenced: its commit and renewal are refused.
+    records = put_connector(None, PutConnectorRequest(GROUP, "A", 1), 0, DEFAULTS).records
+    with pytest.raises(LeaseLost):
+        old.commit(dataclasses.replace(lease, valid_until_monotonic=math.inf), records)
+    assert old.renew([lease]) == []
+    assert isinstance(old.try_acquire(GROUP, lease), LeaseHolder)
 
 
 def test_release_lets_another_owner_take_over_at_once(
@@ -413,3 +436,55 @@ def test_an_unreachable_database_raises_store_unavailable() -> None:
             store.try_acquire(GROUP)
     finally:
         store.close()
+
+
+def test_a_process_paused_inside_a_transaction_does_not_block_takeover(
+    database_url: str,
+) -> None:
+    """A paused owner holding the lease row's lock (stopped between its statements and its
+    COMMIT) would block every other process's takeover for ever: the server ends its session
+    once idle in the transaction for a lease length, and the waiting acquire then succeeds."""
+    import threading
+
+    migrator = SqlStore(database_url, "migrator", "-")
+    migrator.migrate()
+    migrator.close()
+    paused = SqlStore(database_url, "coord-a", "10.0.0.1:7000", lease_ms=500)
+    taker = SqlStore(database_url, "coord-b", "10.0.0.2:7000", lease_ms=500)
+    try:
+        lease = paused.try_acquire(GROUP)
+        assert isinstance(lease, Lease)
+        conn = paused._engine.connect()  # the paused process's open transaction
+        try:
+            conn.begin()
+            conn.execute(paused._lease_check, {"p_group": GROUP})
+            got: list[Lease | LeaseHolder | BaseException] = []
+
+            def take_over() -> None:
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    try:
+                        result = taker.try_acquire(GROUP)
+                    except StoreUnavailable:  # lock_timeout: retried, as the runtime does
+                        continue
+                    if isinstance(result, Lease):
+                        got.append(result)
+                        return
+                    time.sleep(0.05)
+                got.append(AssertionError("no takeover in 15 s"))
+
+            thread = threading.Thread(target=take_over, daemon=True)
+            thread.start()
+            thread.join(timeout=20)
+            assert not thread.is_alive(), "the takeover is blocked by the paused transaction"
+            assert len(got) == 1 and isinstance(got[0], Lease), got
+            assert got[0].owner_id == "coord-b" and got[0].token == lease.token + 1
+            # When the paused process resumes, its transaction is gone: nothing it does counts.
+            with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction"):
+                conn.execute(paused._lease_check, {"p_group": GROUP})
+        finally:
+            conn.invalidate()
+            conn.close()
+    finally:
+        paused.close()
+        taker.close()

@@ -10,6 +10,7 @@ Requests that produce no records (steady heartbeats) touch no database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -119,12 +120,15 @@ class GroupManager:
                 if result.records:
                     self._persist(group_id, owned, result.records)
                 self._apply_timers(group_id, result.timers)
+                if owned.state is None:
+                    self._release_unused(group_id, owned)
                 return result.response
         raise CoordinatorNotAvailable(f"group {group_id!r} is changing owner; retry.")
 
     def owner_address(self, group_id: str) -> str:
-        """Which process serves the group (FindCoordinator): this one if it owns or can take it."""
-        self._own(group_id)
+        """Which process serves the group (FindCoordinator): this one if it owns or can take it
+        (for a group that does not exist yet: if nobody holds its lease now)."""
+        self.execute(group_id, _no_change)
         return self.store.advertised_address
 
     def owned_group_ids(self) -> list[str]:
@@ -144,12 +148,19 @@ class GroupManager:
             if owned is not None and self._lease_fresh(owned):
                 return owned
             try:
-                got = self.store.try_acquire(group_id)
+                got = self.store.try_acquire(group_id, owned.lease if owned else None)
             except StoreUnavailable as error:
                 raise CoordinatorNotAvailable(f"the database is unavailable: {error}") from error
             if isinstance(got, LeaseHolder):
                 if owned is not None:
                     self._drop(group_id, owned)
+                if got.advertised_address == self.store.advertised_address:
+                    # Another process with our address (a predecessor that is paused, or a
+                    # reused node id): naming it would send the client back here.
+                    raise CoordinatorNotAvailable(
+                        f"group {group_id!r} is leased to another process at this address "
+                        f"({got.owner_id!r}) until {got.expires_at.isoformat()}; retry then."
+                    )
                 raise NotOwner(group_id, got)
             if owned is not None and owned.lease.token == got.token:
                 owned.lease = got  # renewed, still ours, state in memory is current
@@ -180,6 +191,16 @@ class GroupManager:
             log.warning(
                 "stopped serving group", extra=fields(event="group_dropped", group=group_id)
             )
+
+    def _release_unused(self, group_id: str, owned: _OwnedGroup) -> None:
+        """Give up the lease of a group that does not exist (a describe, a FindCoordinator or a
+        refused request named it), so that no process keeps renewing it for nothing."""
+        if self._groups.get(group_id) is not owned:
+            return
+        del self._groups[group_id]
+        self._timers.cancel_group(group_id)
+        with contextlib.suppress(StoreUnavailable):  # if so, it lapses on its own
+            self.store.release(owned.lease)
 
     def adopt_free_groups(self) -> None:
         """Take over every group whose lease is free, so its timers run (takeover, restart)."""
@@ -316,6 +337,10 @@ class GroupManager:
             by_state[status] = by_state.get(status, 0) + 1
             members += len(owned.state.members)
         return by_state, members
+
+
+def _no_change(_state: GroupState | None, _now: int) -> Result[None]:
+    return Result([], None)
 
 
 class NotOwner(NotCoordinator):

@@ -43,6 +43,8 @@ from .migrate import normalize_url, upgrade_to_head
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 POSTGRES_CONNECT_TIMEOUT_S = 5
+MAX_LOCK_WAIT_MS = 5_000
+NO_TOKEN = -1
 
 _L = schema.group_leases.c
 
@@ -138,7 +140,7 @@ class SqlStore:
 
     def _create_engine(self) -> sa.Engine:
         if not self._sqlite:
-            connect_args: dict[str, Any] = {}
+            connect_args: dict[str, Any] = {"options": self._session_options()}
             if "connect_timeout" not in self.url.query:
                 connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
             return sa.create_engine(self.url, pool_pre_ping=True, connect_args=connect_args)
@@ -167,6 +169,25 @@ class SqlStore:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
+
+    def _session_options(self) -> str:
+        """PostgreSQL settings of every connection, so that no lock blocks takeover for long.
+
+        A process paused (or cut off) inside a transaction keeps its row locks, the lease row's
+        included, and a process waiting on them would wait for ever: the server ends such a
+        session once it has been idle in its transaction for a lease length (its lease has
+        lapsed by then anyway), and no statement waits for a lock longer than a fraction of the
+        lease (the request then fails with COORDINATOR_NOT_AVAILABLE and is retried)."""
+        lock_wait_ms = max(1, min(MAX_LOCK_WAIT_MS, self.lease_ms // 2))
+        idle_ms = max(1, self.lease_ms)
+        options = [
+            f"-c lock_timeout={lock_wait_ms}",
+            f"-c idle_in_transaction_session_timeout={idle_ms}",
+        ]
+        given = self.url.query.get("options")
+        if isinstance(given, str) and given:
+            options.insert(0, given)
+        return " ".join(options)
 
     def _now(self) -> sa.ColumnElement[datetime]:
         """The database's current time: `clock_timestamp()` on PostgreSQL; on SQLite (no clock of
@@ -211,7 +232,12 @@ class SqlStore:
             lease_until=until,
             acquired_at=now,
         )
-        ours_and_live = (_L.owner_id == acquire.excluded.owner_id) & (_L.lease_until > now)
+        # Ours (this process, by owner id AND the token it holds: a restarted process reusing an
+        # id must not extend its paused predecessor's tenure) and not lapsed.
+        ours = (_L.owner_id == acquire.excluded.owner_id) & (
+            _L.token == sa.bindparam("p_token", type_=sa.Integer())
+        )
+        ours_and_live = ours & (_L.lease_until > now)
         self._acquire = acquire.on_conflict_do_update(
             index_elements=[_L.group_id],
             set_={
@@ -224,7 +250,7 @@ class SqlStore:
                     (ours_and_live, _L.acquired_at), else_=acquire.excluded.acquired_at
                 ),
             },
-            where=(_L.owner_id == acquire.excluded.owner_id) | (_L.lease_until <= now),
+            where=ours | (_L.lease_until <= now),
         ).returning(_L.token)
         self._holder_any = sa.select(_L.owner_id, _L.advertised_address, _L.lease_until).where(
             _L.group_id == sa.bindparam("p_group")
@@ -284,7 +310,8 @@ class SqlStore:
                     conn.execution_options(isolation_level="REPEATABLE READ")
                 with conn.begin():
                     yield conn
-        except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
+        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.InternalError) as error:
+            # InternalError: e.g. the server ended a session left idle in its transaction.
             raise StoreUnavailable(f"database unavailable: {error.orig}") from error
         except (sa_exc.TimeoutError, sa_exc.DisconnectionError) as error:
             raise StoreUnavailable(f"database unavailable: {error}") from error
@@ -414,13 +441,17 @@ class SqlStore:
     def _local_expiry(self, started: float) -> float:
         return started + self.lease_ms / 1000
 
-    def try_acquire(self, group_id: str) -> Lease | LeaseHolder:
-        """Take the group's lease if nobody holds it, it lapsed by the database's clock, or it is
-        already ours (then it is extended, same token). Otherwise return the live holder."""
+    def try_acquire(self, group_id: str, held: Lease | None = None) -> Lease | LeaseHolder:
+        """Take the group's lease if nobody holds it or it lapsed by the database's clock, or
+        extend `held` (same token) if that is still the group's live lease. Otherwise return the
+        live holder: possibly this very owner id, when an earlier process with the same id holds
+        a lease this one does not know of (it is not extended; it lapses, then a new tenure with
+        a new token starts)."""
         started = time.monotonic()
         params = {
             "p_group": group_id,
             "p_owner": self.owner_id,
+            "p_token": held.token if held is not None and held.group_id == group_id else NO_TOKEN,
             "p_address": self.advertised_address,
             **self._time_params(),
         }

@@ -23,8 +23,14 @@ ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}"}
 
 
 def cli(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "coordinator_svc.cli", *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator_svc.cli", *args],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_every_command_documents_itself_with_help() -> None:
@@ -34,9 +40,17 @@ def test_every_command_documents_itself_with_help() -> None:
         assert command in top.stdout
     serve = cli("serve", "--help")
     assert serve.returncode == 0
-    for flag in ("--port", "--database-url", "--session-timeout-ms", "--heartbeat-interval-ms",
-                 "--rebalance-timeout-ms", "--scheduled-rebalance-max-delay-ms",
-                 "--advertised-address", "--metrics-port", "--lease-ms"):
+    for flag in (
+        "--port",
+        "--database-url",
+        "--session-timeout-ms",
+        "--heartbeat-interval-ms",
+        "--rebalance-timeout-ms",
+        "--scheduled-rebalance-max-delay-ms",
+        "--advertised-address",
+        "--metrics-port",
+        "--lease-ms",
+    ):
         assert flag in serve.stdout
     assert cli("migrate", "--help").returncode == 0
 
@@ -45,8 +59,15 @@ def test_migrate_creates_the_schema(database_url: str) -> None:
     result = cli("migrate", "--database-url", database_url)
     assert result.returncode == 0, result.stderr
     tables = set(sa.inspect(sa.create_engine(database_url)).get_table_names())
-    assert {"groups", "members", "connectors", "target_assignments", "events",
-            "group_configs", "group_leases"} <= tables
+    assert {
+        "groups",
+        "members",
+        "connectors",
+        "target_assignments",
+        "events",
+        "group_configs",
+        "group_leases",
+    } <= tables
 
 
 def test_bad_database_url_is_a_clear_error_not_a_traceback() -> None:
@@ -59,8 +80,21 @@ def test_bad_database_url_is_a_clear_error_not_a_traceback() -> None:
 def test_serve_with_no_flags_uses_the_embedded_sqlite_default(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator_svc.cli", "serve", "--host", "127.0.0.1",
-         "--port", str(port)], cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "coordinator_svc.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env=ENV,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         stubs = Stubs(f"127.0.0.1:{port}")
         deadline = time.monotonic() + 30
@@ -81,24 +115,32 @@ def test_serve_with_no_flags_uses_the_embedded_sqlite_default(tmp_path: Path) ->
 
 
 def test_health_reflection_metrics_logs_describe_and_graceful_shutdown(
-    database_url: str, tmp_path: Path,
+    database_url: str,
+    tmp_path: Path,
 ) -> None:
     log_path = tmp_path / "coordinator.log"
     metrics_port = free_port()
-    proc = CoordinatorProcess(database_url, "--metrics-port", str(metrics_port),
-                              log_path=log_path).start()
+    proc = CoordinatorProcess(
+        database_url, "--metrics-port", str(metrics_port), log_path=log_path
+    ).start()
     stubs = Stubs(proc.address)
     try:
-        health = stubs.health.Check(health_pb2.HealthCheckRequest(
-            service="connect.group.v1.ConnectGroupCoordinator"), timeout=5)
+        health = stubs.health.Check(
+            health_pb2.HealthCheckRequest(service="connect.group.v1.ConnectGroupCoordinator"),
+            timeout=5,
+        )
         assert health.status == health_pb2.HealthCheckResponse.SERVING
 
         reflection = reflection_pb2_grpc.ServerReflectionStub(stubs.channel)
         answers = reflection.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        )
         services = {s.name for a in answers for s in a.list_services_response.service}
-        assert {"connect.group.v1.ConnectGroupCoordinator", "connect.group.v1.ConnectGroupAdmin",
-                "grpc.health.v1.Health"} <= services
+        assert {
+            "connect.group.v1.ConnectGroupCoordinator",
+            "connect.group.v1.ConnectGroupAdmin",
+            "grpc.health.v1.Health",
+        } <= services
 
         assert put_connector(stubs, "ops", "A", 2).error_code == 0
         worker = ScriptedWorker(stubs, "ops", "w1")
@@ -113,17 +155,25 @@ def test_health_reflection_metrics_logs_describe_and_graceful_shutdown(
         assert "group epoch 3" in text.stdout and "assignment (target) epoch 3" in text.stdout
         assert "w1" in text.stdout and "A, A-0, A-1" in text.stdout
 
-        body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
-                                      timeout=5).read().decode()
-        for name in ("coordinator_groups", "coordinator_members", "coordinator_rebalances_total",
-                     "coordinator_assignment_computations_total",
-                     "coordinator_heartbeat_latency_seconds_bucket"):
+        body = (
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+            .read()
+            .decode()
+        )
+        for name in (
+            "coordinator_groups",
+            "coordinator_members",
+            "coordinator_rebalances_total",
+            "coordinator_assignment_computations_total",
+            "coordinator_heartbeat_latency_seconds_bucket",
+        ):
             assert name in body, name
         assert 'coordinator_groups{state="STABLE"} 1.0' in body
 
         assert proc.terminate() == 0, "SIGTERM stops the coordinator cleanly"
-        lines = [json.loads(line) for line in log_path.read_text().splitlines()
-                 if line.startswith("{")]
+        lines = [
+            json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")
+        ]
         bumps = [entry for entry in lines if entry.get("event") == "group_epoch_bumped"]
         assert [b["group_epoch"] for b in bumps] == [2, 3]
         assert [b["reason"] for b in bumps] == ["connector added", "member joined"]

@@ -75,11 +75,12 @@ def start_node(database_url: str, tmp_path: Path) -> Iterator[StartNode]:
     """Starts `coordinator-svc serve` processes on the test's database; stops them afterwards."""
     nodes: list[Node] = []
 
-    def start(lease_ms: int = LEASE_MS) -> Node:
+    def start(lease_ms: int = LEASE_MS, node_id: str | None = None) -> Node:
         proc = CoordinatorProcess(
             database_url,
             "--lease-ms",
             str(lease_ms),
+            node_id=node_id,
             log_path=tmp_path / f"coordinator-{len(nodes) + 1}.log",
         )
         node = Node(proc, Stubs(proc.address))
@@ -660,3 +661,44 @@ def test_a_heartbeat_that_lands_as_its_session_timer_pops_keeps_the_member(
         assert not [
             ev for ev in observer.list_events(GROUP) if ev["event_type"] == "MEMBER_SESSION_EXPIRED"
         ]
+
+
+# --- (d) node ids and groups that do not exist ------------------------------------------------
+
+
+def test_a_process_restarted_with_the_same_node_id_starts_a_new_tenure(
+    start_node: StartNode, database_url: str, observer: SqlStore
+) -> None:
+    """A reused --node-id must not let a new process share its paused predecessor's lease: the
+    newcomer waits for the lease to lapse and takes a new token, and the old one is fenced."""
+    p1 = start_node(node_id="coordinator-0")
+    stable_group(p1.stubs)
+    [(_, _, old_token)] = leases(database_url).values()
+    p1.proc.signal(signal.SIGSTOP)
+    try:
+        p2 = start_node(node_id="coordinator-0")
+        group = wait_serving(p2.stubs, GROUP)
+        (owner, address, token) = leases(database_url)[GROUP]
+        assert (owner, address, token) == ("coordinator-0", p2.address, old_token + 1)
+        before = observer.dump()
+    finally:
+        p1.proc.signal(signal.SIGCONT)
+    assert_refused(put_connector(p1.stubs, GROUP, "D", 1), p2)
+    assert observer.dump() == before
+    assert [c.name for c in group.catalogue] == ["A", "B"]
+
+
+def test_asking_about_a_group_that_does_not_exist_leases_nothing(
+    start_node: StartNode, database_url: str, observer: SqlStore
+) -> None:
+    p1, p2 = start_node(), start_node()
+    assert describe(p1.stubs, "ghost").error_code == 69  # GROUP_ID_NOT_FOUND
+    assert find(p1.stubs, "ghost") == p1.address
+    stranger = ScriptedWorker(p1.stubs, "ghost", "W1")
+    stranger.epoch = 5
+    assert stranger.heartbeat().error_code == 25  # UNKNOWN_MEMBER_ID
+    assert observer.holder("ghost") is None
+    # So the other process can serve it at once: nobody keeps it.
+    assert find(p2.stubs, "ghost") == p2.address
+    assert observer.holder("ghost") is None
+    assert observer.group_ids() == []
