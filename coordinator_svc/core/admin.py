@@ -105,6 +105,11 @@ def alter_configs(
     except CoordinatorError as error:
         return Result([], AlterConfigsResponse(error.code, error.message))
     if configs != change.configs():
+        told = change.fencing_session_ms()
+        if int(effective[SESSION_TIMEOUT_MS]) < told:
+            # Members were told the higher value and fence themselves by it: until every one
+            # has either heard the new value or stopped, expiry and holds keep to the old one.
+            change.set_meta(session_floor_ms=told, session_floor_until_ms=now_ms + told)
         change.set_configs(configs)
         change.event(
             EventType.CONFIG_ALTERED, set=dict(req.set), unset=list(req.unset), caller=req.caller

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from .model import (
+    SESSION_TIMEOUT_MS,
     Connector,
     GroupConfigDefaults,
     GroupMeta,
@@ -138,6 +139,10 @@ class GroupChange:
     def config_int(self, key: str) -> int:
         raw = self.configs().get(key)
         return int(raw) if raw is not None else int(self.defaults.as_map()[key])
+
+    def fencing_session_ms(self) -> int:
+        """See `GroupState.fencing_session_ms`: what session expiry and holds must wait for."""
+        return max(self.config_int(SESSION_TIMEOUT_MS), self.meta.session_floor(self.now_ms))
 
     def effective_configs(self) -> dict[str, str]:
         return {**self.defaults.as_map(), **self.configs()}

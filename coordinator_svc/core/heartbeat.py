@@ -132,9 +132,7 @@ class _Heartbeat:
                 EventType.MEMBER_LEFT, member.member_id, static=True, held=left.assigned.to_json()
             )
             change.cancel((REVOCATION, member.member_id))
-            change.schedule(
-                (SESSION, member.member_id), self.now_ms + change.config_int(SESSION_TIMEOUT_MS)
-            )
+            change.schedule((SESSION, member.member_id), self.now_ms + change.fencing_session_ms())
             change.reselect_assignor()
             return self.result(self.response(STATIC_LEAVE_EPOCH))
         change.remove_member(member.member_id)
@@ -307,7 +305,7 @@ class _Heartbeat:
         """Epoch mismatch: remove the member; what it held goes to nobody until a session timeout
         has passed, by when its agent has stopped it (DESIGN 3.12, 3.13)."""
         change, req = self.change, self.req
-        until = self.now_ms + change.config_int(SESSION_TIMEOUT_MS)
+        until = self.now_ms + change.fencing_session_ms()
         change.remove_member(member.member_id)
         change.add_hold(member.member_id, member.owned, until)
         if member.owned:
@@ -380,9 +378,7 @@ class _Heartbeat:
         if after != member:
             change.put_member(after)
             self.record_transition(member, after)
-        change.schedule(
-            (SESSION, member.member_id), self.now_ms + change.config_int(SESSION_TIMEOUT_MS)
-        )
+        change.schedule((SESSION, member.member_id), self.now_ms + change.fencing_session_ms())
         send = (
             send
             or after.assigned != member.assigned

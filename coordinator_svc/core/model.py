@@ -184,6 +184,9 @@ class GroupMeta:
             assignor member and not yet answered (its rebalance timeout runs from then).
         excluded_assignors: members passed over for this computation (timed out or failed).
         compute_not_before_ms: after a failed assignment, the backoff before asking again.
+        session_floor_ms, session_floor_until_ms: after session.timeout.ms was lowered, the
+            higher value members may still have been told (and fence themselves by), and until
+            when (coordinator time) session expiry and holds must use at least it.
     """
 
     group_id: str
@@ -197,6 +200,12 @@ class GroupMeta:
     last_assignment_error_message: str = ""
     prepared: PreparedSnapshot | None = None
     holds: tuple[Hold, ...] = ()
+    session_floor_ms: int = 0
+    session_floor_until_ms: int = 0
+
+    def session_floor(self, now_ms: int) -> int:
+        """The session timeout some member may still believe in, if above the configured one."""
+        return self.session_floor_ms if now_ms < self.session_floor_until_ms else 0
 
 
 class GroupState:
@@ -251,6 +260,11 @@ class GroupState:
         if raw is not None:
             return int(raw)
         return int(defaults.as_map()[key])
+
+    def fencing_session_ms(self, now_ms: int, defaults: GroupConfigDefaults) -> int:
+        """The session timeout the coordinator's own timers use (expiry, holds): the configured
+        one, or a higher one members may still fence themselves by after it was lowered."""
+        return max(self.config_int(SESSION_TIMEOUT_MS, defaults), self.meta.session_floor(now_ms))
 
     # --- owner index, maintained by replay ---
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .change import GroupChange
-from .model import SESSION_TIMEOUT_MS, GroupConfigDefaults, GroupState, MemberState
+from .model import GroupConfigDefaults, GroupState, MemberState
 from .records import EventType
 from .results import (
     ASSIGNOR,
@@ -63,7 +63,7 @@ def _revocation_timed_out(change: GroupChange, member_id: str) -> None:
     member = change.member(member_id)
     if member is None or member.state is not MemberState.UNREVOKED:
         return
-    until = change.now_ms + change.config_int(SESSION_TIMEOUT_MS)
+    until = change.now_ms + change.fencing_session_ms()
     change.remove_member(member_id)
     change.add_hold(member_id, member.owned, until)
     change.schedule((HOLD, member_id), until)
@@ -110,7 +110,7 @@ def timers_after_load(
 ) -> list[ScheduleTimer]:
     """Timers to arm when a coordinator takes a group over: sessions start afresh (they live only
     in the owner's memory); persisted deadlines keep their time."""
-    session = state.config_int(SESSION_TIMEOUT_MS, defaults)
+    session = state.fencing_session_ms(now_ms, defaults)
     timers: list[ScheduleTimer] = []
     for m in state.members.values():
         timers.append(ScheduleTimer((SESSION, m.member_id), now_ms + session))

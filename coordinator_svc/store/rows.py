@@ -87,6 +87,8 @@ def group_row(meta: GroupMeta) -> dict[str, Any]:
             {"member_id": h.member_id, "resources": h.resources.to_json(), "until_ms": h.until_ms}
             for h in meta.holds
         ],
+        "session_floor_ms": meta.session_floor_ms,
+        "session_floor_until_ms": meta.session_floor_until_ms,
     }
 
 
@@ -113,6 +115,8 @@ def meta_from_row(row: Row) -> GroupMeta:
             Hold(str(h["member_id"]), _resources(h["resources"]), int(h["until_ms"]))
             for h in row["holds"] or ()
         ),
+        session_floor_ms=int(row["session_floor_ms"]),
+        session_floor_until_ms=int(row["session_floor_until_ms"]),
     )
 
 

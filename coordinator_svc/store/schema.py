@@ -91,6 +91,8 @@ class Group(Base):
     last_assignment_error_message: Mapped[str] = mapped_column(sa.Text)
     prepared: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     holds: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    session_floor_ms: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    session_floor_until_ms: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
 
 
 class GroupLease(Base):

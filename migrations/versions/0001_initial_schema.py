@@ -57,6 +57,8 @@ def upgrade() -> None:
         sa.Column("last_assignment_error_message", sa.Text(), nullable=False),
         sa.Column("prepared", JSON, nullable=True),
         sa.Column("holds", JSON, nullable=False),
+        sa.Column("session_floor_ms", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("session_floor_until_ms", sa.BigInteger(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint("group_id", name=op.f("pk_groups")),
         sa.CheckConstraint("group_type = 'connect'", name=op.f("ck_groups_group_type")),
     )

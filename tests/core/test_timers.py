@@ -27,6 +27,7 @@ from tests.core.harness import (
     W1_SHARE,
     W2_SHARE,
     GroupHarness,
+    ok,
     rs,
     stable_group,
 )
@@ -320,3 +321,64 @@ def test_timers_after_load_of_a_quiet_group_are_only_sessions() -> None:
 
 
 MAX_DELAY = 2_000
+
+
+# --- lowering session.timeout.ms ------------------------------------------------------------
+
+
+def test_lowering_the_session_timeout_keeps_the_old_one_for_expiry_until_everyone_knows() -> None:
+    """Members fence themselves by the timeout their last answer told them: after it is lowered,
+    a member whose answers are lost still runs its work for the old timeout, so the coordinator
+    must not expire it (and hand its work on) any sooner, until the old timeout has passed."""
+    h = stable_group()
+    lowered = SESSION_MS // 4
+    lowered_at = h.now_ms
+    ok(h.alter_configs({"session.timeout.ms": str(lowered)}))
+    assert h.state is not None
+    assert (h.state.meta.session_floor_ms, h.state.meta.session_floor_until_ms) == (
+        SESSION_MS,
+        lowered_at + SESSION_MS,
+    )
+
+    answer = h.keepalive("w2")  # its answer is lost: w2 still believes SESSION_MS
+    assert answer.session_timeout_ms == lowered
+    assert h.deadline((SESSION, "w2")) == h.now_ms + SESSION_MS
+    h.run_for(SESSION_MS - 1, "w1", step_ms=lowered // 4)
+    assert h.has_member("w2"), "expired before w2 can have fenced itself"
+    h.run_for(1, "w1")
+    assert not h.has_member("w2")
+
+    # Once the old timeout has passed everyone has heard the new one (or stopped): it applies.
+    h.keepalive("w1")
+    assert h.deadline((SESSION, "w1")) == h.now_ms + lowered
+
+
+def test_raising_the_session_timeout_applies_at_once() -> None:
+    h = stable_group()
+    ok(h.alter_configs({"session.timeout.ms": str(SESSION_MS * 2)}))
+    assert h.state is not None and h.state.meta.session_floor_ms == 0
+    h.keepalive("w1")
+    assert h.deadline((SESSION, "w1")) == h.now_ms + 2 * SESSION_MS
+
+
+def test_a_member_fenced_after_the_timeout_was_lowered_is_held_for_the_old_one() -> None:
+    h = stable_group()
+    ok(h.alter_configs({"session.timeout.ms": str(SESSION_MS // 4)}))
+    owned = h.member("w2").owned
+    resp = h.heartbeat("w2", h.member("w2").member_epoch + 7)  # a bad epoch: fenced
+    assert resp.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert h.state is not None
+    [hold] = h.state.meta.holds
+    assert (hold.member_id, hold.resources, hold.until_ms) == ("w2", owned, h.now_ms + SESSION_MS)
+
+
+def test_timers_after_load_use_the_old_timeout_while_it_may_still_be_believed() -> None:
+    h = stable_group()
+    ok(h.alter_configs({"session.timeout.ms": str(SESSION_MS // 4)}))
+    assert h.state is not None
+    timers = timers_after_load(h.state, h.now_ms, DEFAULTS)
+    assert ScheduleTimer((SESSION, "w1"), h.now_ms + SESSION_MS) in timers
+    later = h.now_ms + SESSION_MS
+    assert ScheduleTimer((SESSION, "w1"), later + SESSION_MS // 4) in timers_after_load(
+        h.state, later, DEFAULTS
+    )
