@@ -1,4 +1,4 @@
-"""The worker agent: the sidecar beside every worker (membership loop, assignors, listener).
-
-Not built yet: it is the next issue. `worker-agent` says so instead of pretending.
+"""The worker agent: the sidecar beside every worker. It keeps the worker in its group
+(`membership`, `runtime`), computes assignments when the coordinator asks (`assignors`), and tells
+the worker what to stop and start (`listener`, `hooks`, `status`). `worker-agent run --help`.
 """

@@ -1,18 +1,212 @@
-"""`worker-agent` entry point (the agent itself is the next piece of work)."""
+"""`worker-agent`: run the sidecar beside a worker (`worker-agent run --help`).
+
+Every flag has an environment variable (WORKER_AGENT_...), so the agent is configured the same way
+from a shell, a systemd unit or a Kubernetes pod spec.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
+import shlex
+import signal
+import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from coordinator_svc import logs
+
+from .assignors import PROTOCOLS, assignors_for_protocol
+from .hooks import ExecHookListener, WebhookListener
+from .listener import CallbackListener, CompositeListener, RebalanceEvent, WorkerRebalanceListener
+from .runtime import Agent, AgentSettings
+from .status import StatusServer
+
+log = logging.getLogger("worker_agent")
+
+
+def _env(name: str, default: Any) -> Any:
+    return os.environ.get(f"WORKER_AGENT_{name}", default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="worker-agent",
+        description="The sidecar beside a Connect worker: keeps it in its group, runs the "
+        "client-side assignor when asked, and tells the worker what to stop and start.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run",
+        help="join a group and follow its assignments until SIGTERM",
+        description="Join a group and follow its assignments. SIGTERM or SIGINT: stop all work "
+        "(through the listener), then leave the group; a second signal gives up at once. Every "
+        "flag can also be set by the environment variable in parentheses.",
+    )
+    run.add_argument(
+        "--coordinator",
+        default=_env("COORDINATOR", "127.0.0.1:9093"),
+        help="coordinator host:port; several, comma-separated, are tried in turn when looking "
+        "for the group's coordinator (WORKER_AGENT_COORDINATOR; default 127.0.0.1:9093)",
+    )
+    run.add_argument(
+        "--group", default=_env("GROUP", "connect-cluster"), help="group id (WORKER_AGENT_GROUP)"
+    )
+    run.add_argument(
+        "--member-id",
+        default=_env("MEMBER_ID", socket.gethostname()),
+        help="this worker's id, stable across restarts (WORKER_AGENT_MEMBER_ID; default: "
+        "the host name)",
+    )
+    run.add_argument(
+        "--instance-id",
+        default=_env("INSTANCE_ID", None),
+        help="static instance id, e.g. a StatefulSet pod name: a restart under it moves "
+        "nothing (WORKER_AGENT_INSTANCE_ID)",
+    )
+    run.add_argument(
+        "--url", default=_env("URL", None), help="the worker's REST URL (WORKER_AGENT_URL)"
+    )
+    run.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=_env("PROTOCOL", "sessioned"),
+        help="connect.protocol: eager (stop-the-world), compatible or sessioned (incremental "
+        "cooperative) (WORKER_AGENT_PROTOCOL; default sessioned)",
+    )
+    run.add_argument(
+        "--rebalance-timeout-ms",
+        type=int,
+        default=int(_env("REBALANCE_TIMEOUT_MS", 60_000)),
+        help="how long the coordinator waits for this worker to give work up or to compute an "
+        "assignment (WORKER_AGENT_REBALANCE_TIMEOUT_MS; default 60000)",
+    )
+    run.add_argument(
+        "--exec-hook",
+        default=_env("EXEC_HOOK", None),
+        help="command run on every revocation and assignment, the event as JSON on stdin; "
+        "exit 0 = done (WORKER_AGENT_EXEC_HOOK)",
+    )
+    run.add_argument(
+        "--hook-timeout-s",
+        type=float,
+        default=float(_env("HOOK_TIMEOUT_S", 30.0)),
+        help="kill the exec hook or give up on the webhook after this long, then retry "
+        "(WORKER_AGENT_HOOK_TIMEOUT_S; default 30)",
+    )
+    run.add_argument(
+        "--webhook",
+        default=_env("WEBHOOK", None),
+        help="URL POSTed the event as JSON on every revocation and assignment; 2xx = done "
+        "(WORKER_AGENT_WEBHOOK)",
+    )
+    run.add_argument(
+        "--status-port",
+        type=int,
+        default=_env("STATUS_PORT", None),
+        help="serve the worker's status (GET /assignment, /ready, /healthz, /watch) on this "
+        "port; 0 picks a free one (WORKER_AGENT_STATUS_PORT; default: not served)",
+    )
+    run.add_argument(
+        "--status-host",
+        default=_env("STATUS_HOST", "127.0.0.1"),
+        help="address of the status endpoint (WORKER_AGENT_STATUS_HOST; default 127.0.0.1)",
+    )
+    run.add_argument(
+        "--rpc-timeout-s",
+        type=float,
+        default=float(_env("RPC_TIMEOUT_S", 5.0)),
+        help="deadline of every call to the coordinator (WORKER_AGENT_RPC_TIMEOUT_S)",
+    )
+    run.add_argument(
+        "--log-level", default=_env("LOG_LEVEL", "INFO"), help="(WORKER_AGENT_LOG_LEVEL)"
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        default=_env("LOG_FORMAT", "json"),
+        help="json lines (default) or text (WORKER_AGENT_LOG_FORMAT)",
+    )
+    return parser
+
+
+def _log_only(event: RebalanceEvent) -> None:
+    log.info("%s: %s", event.event, event.to_json())
+
+
+def build_listener(args: argparse.Namespace) -> WorkerRebalanceListener:
+    listeners: list[WorkerRebalanceListener] = []
+    if args.exec_hook:
+        listeners.append(
+            ExecHookListener(shlex.split(args.exec_hook), timeout_s=args.hook_timeout_s)
+        )
+    if args.webhook:
+        listeners.append(WebhookListener(args.webhook, timeout_s=args.hook_timeout_s))
+    if not listeners:
+        return CallbackListener(on_revoked=_log_only, on_assigned=_log_only)
+    return listeners[0] if len(listeners) == 1 else CompositeListener(listeners)
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level, json_lines=args.log_format == "json")
+    coordinators = tuple(a.strip() for a in args.coordinator.split(",") if a.strip())
+    if not coordinators:
+        print("worker-agent: --coordinator is empty", file=sys.stderr)
+        return 2
+    if not args.member_id:
+        print("worker-agent: --member-id must not be empty", file=sys.stderr)
+        return 2
+    if args.rebalance_timeout_ms <= 0:
+        print("worker-agent: --rebalance-timeout-ms must be positive", file=sys.stderr)
+        return 2
+    status: StatusServer | None = None
+    if args.status_port is not None:
+        status = StatusServer(
+            args.group, args.member_id, host=args.status_host, port=int(args.status_port)
+        )
+        status.start()
+        log.info("status endpoint on http://%s:%d/", args.status_host, status.port)
+    settings = AgentSettings(
+        group_id=args.group,
+        member_id=args.member_id,
+        coordinators=coordinators,
+        assignors=tuple(assignors_for_protocol(args.protocol)),
+        rebalance_timeout_ms=args.rebalance_timeout_ms,
+        instance_id=args.instance_id or None,
+        url=args.url,
+        eager=args.protocol == "eager",
+        rpc_timeout_s=args.rpc_timeout_s,
+    )
+    agent = Agent(settings, build_listener(args), status)
+    signals = 0
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("signal %d: revoking all work, then leaving the group", signum)
+            agent.stop()
+        else:
+            log.warning("signal %d again: giving up on the listener and leaving now", signum)
+            agent.abandon()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        agent.run()
+    finally:
+        if status is not None:
+            status.close()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print(
-        "worker-agent: not implemented yet; the coordinator (coordinator-svc) is usable with "
-        "any client of protos/connect/group/v1.",
-        file=sys.stderr,
-    )
-    return 2
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    return 2  # pragma: no cover - argparse requires a command
 
 
 if __name__ == "__main__":

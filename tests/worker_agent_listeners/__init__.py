@@ -1,0 +1,1 @@
+"""Tests of the worker agent's listener side: events, retries, exec hook, webhook, status server."""

@@ -1,0 +1,276 @@
+"""The worker's rebalance listener (DESIGN 2.3): events, the protocol, in-process adapters, retries.
+
+The membership loop tells the worker what to stop and what to start through a
+`WorkerRebalanceListener`. A revocation is acknowledged to the coordinator only after
+`on_revoked` has returned; raising (any `Exception`) means the worker did not manage it. The loop
+calls a listener through `call_with_retry`, which retries with backoff and logs every failure
+loudly, so a failing or hanging listener leaves the revocation unacknowledged and the
+coordinator's rebalance timeout bounds it (DESIGN 3.13).
+
+Adapters: `CallbackListener` (Python callables, in-process), `CompositeListener` (several in
+order), and in `worker_agent.hooks` the exec hook and the webhook, which receive
+`RebalanceEvent.to_json()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from coordinator_svc.core.resources import ResourceSet, TaskId
+
+__all__ = [
+    "CallbackListener",
+    "CompositeListener",
+    "EventKind",
+    "ListenerFailed",
+    "RebalanceEvent",
+    "WorkerRebalanceListener",
+    "call_with_retry",
+    "dispatch",
+]
+
+EventKind = Literal["revoked", "assigned"]
+_EVENT_KINDS: tuple[EventKind, ...] = ("revoked", "assigned")
+
+
+@dataclass(frozen=True)
+class RebalanceEvent:
+    """One listener call: what the worker must stop (`revoked`) or may start (`assigned`).
+
+    Attributes:
+        event: `"revoked"` (stop these, then return) or `"assigned"` (start these).
+        group_id: the group.
+        member_id: this worker's member id.
+        member_epoch: for `revoked`, the epoch the member holds while it gives them up; for
+            `assigned`, the epoch at which it received them.
+        connectors: the connectors concerned (sorted when built by `from_resources`).
+        tasks: the tasks concerned (sorted when built by `from_resources`).
+    """
+
+    event: EventKind
+    group_id: str
+    member_id: str
+    member_epoch: int
+    connectors: tuple[str, ...] = ()
+    tasks: tuple[TaskId, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.event not in _EVENT_KINDS:
+            raise ValueError(f"event must be one of {_EVENT_KINDS}, not {self.event!r}")
+
+    @classmethod
+    def from_resources(
+        cls,
+        event: EventKind,
+        resources: ResourceSet,
+        *,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+    ) -> RebalanceEvent:
+        """The event for `resources`, connectors and tasks sorted."""
+        return cls(
+            event=event,
+            group_id=group_id,
+            member_id=member_id,
+            member_epoch=member_epoch,
+            connectors=tuple(resources.sorted_connectors()),
+            tasks=tuple(resources.sorted_tasks()),
+        )
+
+    @property
+    def resources(self) -> ResourceSet:
+        """The connectors and tasks concerned, as a `ResourceSet`."""
+        return ResourceSet.of(self.connectors, self.tasks)
+
+    def to_json(self) -> dict[str, object]:
+        """DESIGN 2.3's object, what exec hooks and webhooks receive; lists sorted."""
+        return {
+            "event": self.event,
+            "group_id": self.group_id,
+            "member_id": self.member_id,
+            "member_epoch": self.member_epoch,
+            "connectors": sorted(self.connectors),
+            "tasks": [{"connector": t.connector, "task": t.task} for t in sorted(self.tasks)],
+        }
+
+
+@runtime_checkable
+class WorkerRebalanceListener(Protocol):
+    """What the worker does when its assignment changes. Raising means failure.
+
+    Both methods may be called again with the same event after a failure (retries), so they
+    must be idempotent: stopping something already stopped, or starting something already
+    running, must succeed.
+    """
+
+    def on_revoked(self, event: RebalanceEvent) -> None:
+        """Stop running `event`'s connectors and tasks; return only once they have stopped."""
+
+    def on_assigned(self, event: RebalanceEvent) -> None:
+        """Start running `event`'s connectors and tasks."""
+
+
+class ListenerFailed(Exception):
+    """A listener did not do what it was asked (the hook failed, the webhook answered non-2xx).
+
+    Attributes:
+        exit_code: the exec hook's exit status (negative: killed by that signal), if it exited.
+        status: the webhook's HTTP status, if it answered.
+        timed_out: the hook or webhook did not finish within its timeout.
+        stderr_tail: the end of the exec hook's standard error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        status: int | None = None,
+        timed_out: bool = False,
+        stderr_tail: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.status = status
+        self.timed_out = timed_out
+        self.stderr_tail = stderr_tail
+
+
+def dispatch(listener: WorkerRebalanceListener, event: RebalanceEvent) -> None:
+    """Call `listener.on_revoked` or `listener.on_assigned`, whichever `event.event` names."""
+    if event.event == "revoked":
+        listener.on_revoked(event)
+    else:
+        listener.on_assigned(event)
+
+
+EventCallback = Callable[[RebalanceEvent], None]
+
+
+class CallbackListener:
+    """The in-process adapter: calls the given Python callables (a missing one does nothing)."""
+
+    def __init__(
+        self, on_revoked: EventCallback | None = None, on_assigned: EventCallback | None = None
+    ) -> None:
+        self._on_revoked = on_revoked
+        self._on_assigned = on_assigned
+
+    def on_revoked(self, event: RebalanceEvent) -> None:
+        if self._on_revoked is not None:
+            self._on_revoked(event)
+
+    def on_assigned(self, event: RebalanceEvent) -> None:
+        if self._on_assigned is not None:
+            self._on_assigned(event)
+
+
+class CompositeListener:
+    """Several listeners, called in the given order for both events.
+
+    The first failure propagates and the rest are not called; a retry calls them all again from
+    the first (they are idempotent, see `WorkerRebalanceListener`).
+    """
+
+    def __init__(self, listeners: Iterable[WorkerRebalanceListener]) -> None:
+        self.listeners: tuple[WorkerRebalanceListener, ...] = tuple(listeners)
+
+    def on_revoked(self, event: RebalanceEvent) -> None:
+        for listener in self.listeners:
+            listener.on_revoked(event)
+
+    def on_assigned(self, event: RebalanceEvent) -> None:
+        for listener in self.listeners:
+            listener.on_assigned(event)
+
+
+def call_with_retry(
+    call: Callable[[], None],
+    *,
+    what: str,
+    stop: threading.Event,
+    initial_backoff_s: float = 0.1,
+    max_backoff_s: float = 5.0,
+    jitter: float = 0.0,
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+) -> bool:
+    """Call `call` until it returns, waiting with exponential backoff between failures.
+
+    The first attempt is always made; `stop` only ends the retrying, and a backoff wait ends as
+    soon as it is set. Every failure (any `Exception`) is logged at ERROR with `what` and the
+    attempt number; a success after failures at WARNING. Log records carry `what`, `attempt` and
+    `retry_in_s` (None when not retrying) as attributes.
+
+    Args:
+        call: the action; raising means it failed.
+        what: names the action in log lines, e.g. ``"on_revoked (epoch 7, 3 resources)"``.
+        stop: when set, give up instead of retrying.
+        initial_backoff_s: the wait after the first failure; doubled after each further one.
+        max_backoff_s: the cap on the wait.
+        jitter: a fraction in [0, 1]; each wait is shortened by a random part of it of up to
+            that fraction (0, the default, is deterministic).
+        log: where failures are reported.
+
+    Returns:
+        True once `call` has succeeded; False if `stop` was set before it did.
+    """
+    if initial_backoff_s <= 0 or max_backoff_s < initial_backoff_s:
+        raise ValueError("need 0 < initial_backoff_s <= max_backoff_s")
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError("jitter must be in [0, 1]")
+    backoff = initial_backoff_s
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            call()
+        except Exception as exc:
+            giving_up = stop.is_set()
+            wait_s = None if giving_up else backoff * (1.0 - jitter * random.random())
+            # A ListenerFailed says what went wrong; anything else is a bug in the listener,
+            # so its traceback is worth the noise.
+            exc_info = not isinstance(exc, ListenerFailed)
+            extra = {"what": what, "attempt": attempt, "retry_in_s": wait_s}
+            if wait_s is None:
+                log.error(
+                    "%s failed (attempt %d): %s; stop requested, giving up",
+                    what,
+                    attempt,
+                    exc,
+                    exc_info=exc_info,
+                    extra=extra,
+                )
+                return False
+            log.error(
+                "%s failed (attempt %d): %s; retrying in %.2f s",
+                what,
+                attempt,
+                exc,
+                wait_s,
+                exc_info=exc_info,
+                extra=extra,
+            )
+            if stop.wait(wait_s):
+                log.error(
+                    "%s: stop requested after %d failed attempts, giving up",
+                    what,
+                    attempt,
+                    extra={"what": what, "attempt": attempt, "retry_in_s": None},
+                )
+                return False
+            backoff = min(backoff * 2, max_backoff_s)
+            continue
+        if attempt > 1:
+            log.warning(
+                "%s succeeded on attempt %d",
+                what,
+                attempt,
+                extra={"what": what, "attempt": attempt, "retry_in_s": None},
+            )
+        return True

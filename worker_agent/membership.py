@@ -1,0 +1,423 @@
+"""The agent's membership state machine: pure, no I/O, no clock of its own (seed 000's
+"Response Handling", DESIGN 3.2, 3.11-3.15).
+
+The runtime asks `poll(now)` what to do next and reports back what happened. The machine decides:
+which heartbeat to send (full on a join and after any error or lost response, otherwise only the
+fields that changed), what the worker must stop (always before the acknowledging heartbeat, which
+is then sent at once) and start (only once nothing is left to revoke), when to compute an
+assignment, when to ask FindCoordinator, when to fence itself (no successful heartbeat for nearly a
+session timeout: stop everything, then rejoin at epoch 0) and how to leave.
+
+In eager mode (`connect.protocol=eager`) the worker stops everything it runs whenever its epoch or
+its assignment changes, reports that it runs nothing, and only then starts its new share: today's
+stop-the-world, kept as the baseline.
+
+Times are milliseconds of a monotonic clock the runtime passes in.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from coordinator_svc.core.errors import ErrorCode
+from coordinator_svc.core.messages import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
+from coordinator_svc.core.model import Assignor
+from coordinator_svc.core.resources import EMPTY, ResourceSet
+
+MIN_RETRY_BACKOFF_MS = 50
+MAX_RETRY_BACKOFF_MS = 2_000
+FIND_COORDINATOR_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+REJOIN_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
+
+
+class Phase(enum.Enum):
+    JOINING = "JOINING"  # not a member: the next heartbeat is a join at epoch 0
+    MEMBER = "MEMBER"  # holds an epoch > 0
+    REJOINING = "REJOINING"  # lost its membership: stopping everything, then joins again
+    LEAVING = "LEAVING"  # stopping everything, then sends the leave heartbeat
+    LEFT = "LEFT"  # the leave was answered (or given up): the agent may exit
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipConfig:
+    group_id: str
+    member_id: str
+    assignors: tuple[Assignor, ...]
+    rebalance_timeout_ms: int
+    instance_id: str | None = None
+    url: str | None = None
+    eager: bool = False
+    #: Used until the first response says otherwise.
+    initial_heartbeat_interval_ms: int = 3_000
+    initial_session_timeout_ms: int = 10_000
+
+
+# --- actions: what the runtime must do --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat:
+    request: HeartbeatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class StopWork:
+    """Stop these resources, calling the listener's on_revoked; report `work_stopped`."""
+
+    resources: ResourceSet
+    member_epoch: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartWork:
+    """Start these resources, calling the listener's on_assigned; report `work_started`."""
+
+    resources: ResourceSet
+    member_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeAssignment:
+    """Prepare, run the selected assignor, install; report `compute_done`."""
+
+    member_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator:
+    """Ask FindCoordinator and reconnect to the answer; report `coordinator_found`."""
+
+    reason: str
+
+
+Action = SendHeartbeat | StopWork | StartWork | ComputeAssignment | FindCoordinator
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something worth a log line (the runtime logs it; the machine has no logger)."""
+
+    level: str  # "info" | "warning" | "error"
+    message: str
+
+
+# --- the machine -----------------------------------------------------------------------------
+
+
+@dataclass
+class Membership:
+    config: MembershipConfig
+    now_ms: int = 0
+    phase: Phase = Phase.JOINING
+    epoch: int = JOIN_EPOCH
+    #: What the coordinator last said this member may run.
+    assigned: ResourceSet = EMPTY
+    #: What the worker runs now (changed only when the runtime reports a stop or start).
+    running: ResourceSet = EMPTY
+    heartbeat_interval_ms: int = 0
+    session_timeout_ms: int = 0
+    #: When the request of the last successful response was sent (the self-fencing clock).
+    last_success_sent_ms: int | None = None
+    notices: list[Notice] = field(default_factory=list)
+
+    _next_heartbeat_ms: int = 0
+    _in_flight: HeartbeatRequest | None = None
+    _in_flight_sent_ms: int = 0
+    _full_next: bool = True
+    _last_sent: HeartbeatRequest | None = None
+    _failures: int = 0
+    _stopping: StopWork | None = None
+    _starting: StartWork | None = None
+    _computing: bool = False
+    _compute_requested: bool = False
+    _find_requested: str | None = None
+    _finding: bool = False
+    _eager_restart: bool = False
+
+    def __post_init__(self) -> None:
+        self.heartbeat_interval_ms = self.config.initial_heartbeat_interval_ms
+        self.session_timeout_ms = self.config.initial_session_timeout_ms
+
+    # --- what to do ---------------------------------------------------------------------
+
+    def poll(self, now_ms: int) -> list[Action]:
+        """Everything the runtime should start now (each at most once until reported done)."""
+        self.now_ms = now_ms
+        self._check_self_fence()
+        actions: list[Action] = []
+        if self._find_requested is not None and not self._finding:
+            self._finding = True
+            actions.append(FindCoordinator(self._find_requested))
+            self._find_requested = None
+        to_stop = self._to_stop()
+        if to_stop and self._stopping is None:
+            reason = self._stop_reason()
+            self._stopping = StopWork(to_stop, self.epoch, reason)
+            actions.append(self._stopping)
+        to_start = self._to_start()
+        if to_start and self._starting is None and self._stopping is None:
+            self._starting = StartWork(to_start, self.epoch)
+            actions.append(self._starting)
+        if self._compute_requested and not self._computing and self.phase is Phase.MEMBER:
+            self._computing = True
+            self._compute_requested = False
+            actions.append(ComputeAssignment(self.epoch))
+        request = self._heartbeat_due()
+        if request is not None:
+            self._in_flight = request
+            self._in_flight_sent_ms = now_ms
+            self._last_sent = request
+            actions.append(SendHeartbeat(request))
+        return actions
+
+    def next_wakeup_ms(self) -> int:
+        """When `poll` may have something new to do, absent any report (for the runtime's sleep)."""
+        times = [self._next_heartbeat_ms]
+        if self.phase is Phase.MEMBER and self.running and self.last_success_sent_ms is not None:
+            times.append(self._fence_at())
+        return max(self.now_ms, min(times))
+
+    @property
+    def ready(self) -> bool:
+        return self.phase is Phase.MEMBER and self.last_success_sent_ms is not None
+
+    def drain_notices(self) -> list[Notice]:
+        out, self.notices = self.notices, []
+        return out
+
+    # --- reports from the runtime --------------------------------------------------------
+
+    def on_heartbeat_response(self, resp: HeartbeatResponse, now_ms: int) -> None:
+        self.now_ms = now_ms
+        sent = self._in_flight
+        sent_ms = self._in_flight_sent_ms
+        self._in_flight = None
+        if sent is None:
+            return
+        code = resp.error_code
+        if code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
+            self._on_success(sent, sent_ms, resp)
+        elif code in REJOIN_ERRORS:
+            self._lose_membership(f"{code.name}: {resp.error_message}")
+        elif code in FIND_COORDINATOR_ERRORS:
+            self._find_requested = f"{code.name}: {resp.error_message}"
+            self._retry_later(f"{code.name}: {resp.error_message}", level="info")
+        else:
+            self._retry_later(f"heartbeat refused, {code.name}: {resp.error_message}")
+
+    def on_heartbeat_failed(self, error: str, now_ms: int) -> None:
+        """The heartbeat got no answer (transport error, deadline): retry with backoff."""
+        self.now_ms = now_ms
+        self._in_flight = None
+        self._retry_later(f"heartbeat failed: {error}")
+        if self._failures >= 3 and self._failures % 3 == 0:
+            self._find_requested = f"{self._failures} heartbeats failed"
+
+    def work_stopped(self, resources: ResourceSet, now_ms: int) -> None:
+        """The listener's on_revoked returned: acknowledge at once."""
+        self.now_ms = now_ms
+        self.running = self.running - resources
+        self._stopping = None
+        self._next_heartbeat_ms = now_ms
+
+    def work_started(self, resources: ResourceSet, now_ms: int) -> None:
+        self.now_ms = now_ms
+        self.running = self.running | resources
+        self._starting = None
+        self._next_heartbeat_ms = now_ms  # report what it runs now
+
+    def compute_done(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        self._computing = False
+        self._next_heartbeat_ms = now_ms
+
+    def coordinator_found(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        self._finding = False
+        self._full_next = True
+
+    def leave(self, now_ms: int) -> None:
+        """SIGTERM: stop everything (revoking through the listener), then leave the group."""
+        self.now_ms = now_ms
+        if self.phase is Phase.LEFT:
+            return
+        if self.phase is not Phase.MEMBER:
+            self.phase = Phase.LEAVING
+            self.epoch = JOIN_EPOCH  # not a member: nothing to tell the coordinator
+        else:
+            self.phase = Phase.LEAVING
+        self._compute_requested = False
+        self._next_heartbeat_ms = now_ms
+
+    def give_up_leaving(self) -> None:
+        """The leave could not be delivered in time: the session timeout will remove us."""
+        self.phase = Phase.LEFT
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _to_stop(self) -> ResourceSet:
+        if self.phase in (Phase.REJOINING, Phase.LEAVING, Phase.LEFT):
+            return self.running
+        if self._eager_restart:
+            return self.running
+        return self.running - self.assigned
+
+    def _stop_reason(self) -> str:
+        if self.phase is Phase.REJOINING:
+            return "membership lost"
+        if self.phase in (Phase.LEAVING, Phase.LEFT):
+            return "leaving"
+        if self._eager_restart:
+            return "eager rebalance"
+        return "revoked"
+
+    def _to_start(self) -> ResourceSet:
+        if self.phase is not Phase.MEMBER or self.running - self.assigned:
+            return EMPTY
+        if self._eager_restart:
+            return EMPTY
+        return self.assigned - self.running
+
+    def _fence_at(self) -> int:
+        assert self.last_success_sent_ms is not None
+        margin = max(self.heartbeat_interval_ms, self.session_timeout_ms // 5)
+        return self.last_success_sent_ms + max(0, self.session_timeout_ms - margin)
+
+    def _check_self_fence(self) -> None:
+        if self.phase is not Phase.MEMBER or self.last_success_sent_ms is None:
+            return
+        if self.now_ms >= self._fence_at():
+            silent = self.now_ms - self.last_success_sent_ms
+            self._lose_membership(
+                f"no successful heartbeat for {silent} ms (session timeout "
+                f"{self.session_timeout_ms} ms): fencing itself"
+            )
+
+    def _lose_membership(self, why: str) -> None:
+        self.notices.append(Notice("warning", f"membership lost ({why}); stopping all work"))
+        leaving = self.phase is Phase.LEAVING
+        self.phase = Phase.LEAVING if leaving else Phase.REJOINING
+        self.epoch = JOIN_EPOCH
+        self.assigned = EMPTY
+        self.last_success_sent_ms = None
+        self._compute_requested = False
+        self._eager_restart = False
+        self._full_next = True
+        self._failures = 0
+        self._next_heartbeat_ms = self.now_ms
+
+    def _retry_later(self, why: str, level: str = "warning") -> None:
+        self._failures += 1
+        self._full_next = True
+        backoff = min(
+            MAX_RETRY_BACKOFF_MS,
+            self.heartbeat_interval_ms,
+            MIN_RETRY_BACKOFF_MS * 2 ** min(self._failures - 1, 10),
+        )
+        self._next_heartbeat_ms = self.now_ms + max(MIN_RETRY_BACKOFF_MS, backoff)
+        self.notices.append(Notice(level, f"{why} (attempt {self._failures})"))
+
+    def _heartbeat_due(self) -> HeartbeatRequest | None:
+        if self._in_flight is not None or self._finding or self.phase is Phase.LEFT:
+            return None
+        if self.now_ms < self._next_heartbeat_ms:
+            return None
+        if self._stopping is not None and self.phase is not Phase.MEMBER:
+            return None  # stop first, then rejoin or leave
+        if self.phase in (Phase.REJOINING, Phase.LEAVING) and self.running:
+            return None
+        if self.phase is Phase.REJOINING:
+            self.phase = Phase.JOINING
+        if self.phase is Phase.LEAVING:
+            if self.epoch == JOIN_EPOCH:  # never joined, or lost it: nothing to leave
+                self.phase = Phase.LEFT
+                return None
+            leave = STATIC_LEAVE_EPOCH if self.config.instance_id else LEAVE_EPOCH
+            return HeartbeatRequest(
+                self.config.group_id,
+                self.config.member_id,
+                leave,
+                instance_id=self.config.instance_id,
+            )
+        return self._member_heartbeat()
+
+    def _member_heartbeat(self) -> HeartbeatRequest:
+        c = self.config
+        owned = self.running
+        full = HeartbeatRequest(
+            c.group_id,
+            c.member_id,
+            self.epoch,
+            instance_id=c.instance_id,
+            rebalance_timeout_ms=c.rebalance_timeout_ms,
+            client_assignors=c.assignors,
+            owned=owned,
+            url=c.url,
+        )
+        if self._full_next or self.phase is Phase.JOINING or self._last_sent is None:
+            return full
+        return HeartbeatRequest(
+            c.group_id,
+            c.member_id,
+            self.epoch,
+            owned=owned if owned != self._last_sent.owned else None,
+        )
+
+    def _on_success(self, sent: HeartbeatRequest, sent_ms: int, resp: HeartbeatResponse) -> None:
+        if sent.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            self.phase = Phase.LEFT
+            self.epoch = sent.member_epoch
+            return
+        if self.phase is Phase.LEAVING and self.epoch == JOIN_EPOCH and sent.member_epoch == 0:
+            self.epoch = resp.member_epoch  # joined just before leaving: leave properly
+            return
+        if self.phase is not Phase.JOINING and self.phase is not Phase.MEMBER:
+            return  # an answer that arrived after we decided to leave or rejoin: ignore it
+        self._failures = 0
+        self._full_next = False
+        self.last_success_sent_ms = sent_ms
+        if resp.heartbeat_interval_ms > 0:
+            self.heartbeat_interval_ms = resp.heartbeat_interval_ms
+        if resp.session_timeout_ms > 0:
+            self.session_timeout_ms = resp.session_timeout_ms
+        self._next_heartbeat_ms = self.now_ms + self.heartbeat_interval_ms
+        previous_epoch = self.epoch
+        self.phase = Phase.MEMBER
+        self.epoch = resp.member_epoch
+        new_assignment = resp.assignment.resources if resp.assignment is not None else None
+        if self.config.eager:
+            self._eager_on_answer(sent, previous_epoch, new_assignment)
+        if new_assignment is not None:
+            self.assigned = new_assignment
+        if resp.error_code is ErrorCode.COMPUTE_ASSIGNMENT:
+            self._compute_requested = True
+        if self.running - self.assigned:
+            self._next_heartbeat_ms = self.now_ms  # acknowledge as soon as it is stopped
+
+    def _eager_on_answer(
+        self, sent: HeartbeatRequest, previous_epoch: int, new_assignment: ResourceSet | None
+    ) -> None:
+        changed = (previous_epoch not in (JOIN_EPOCH, self.epoch)) or (
+            new_assignment is not None and new_assignment != self.assigned
+        )
+        if self._eager_restart:
+            # The restart ends with the first answer to a heartbeat that reported nothing run.
+            if not self.running and sent.owned is not None and not sent.owned:
+                self._eager_restart = False
+            return
+        if changed and self.running:
+            self._eager_restart = True

@@ -1,0 +1,260 @@
+"""The agent's local status endpoint for the worker container beside it (DESIGN 2.2, 2.3).
+
+A small threaded HTTP server (stdlib only). The agent calls `update` whenever what the worker may
+run changes and `set_not_ready` when it stops being a member (fenced, leaving); the worker reads:
+
+- ``GET /assignment``: 200, ``{"group_id", "member_id", "member_epoch", "connectors",
+  "tasks": [{"connector", "task"}], "ready"}`` (lists sorted; epoch 0 before the first update).
+- ``GET /ready`` (or ``/readyz``): 200 ``ready`` after the first `update`, else 503 with the reason.
+- ``GET /healthz``: 200 while the process serves.
+- ``GET /watch``: server-sent events; the current state at once as ``event: assignment`` with the
+  JSON above as data, then one such event per change (a watcher that falls behind gets the latest
+  state, not every intermediate one), and a ``: keepalive`` comment when idle.
+- anything else: 404 with a JSON error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import socket
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from coordinator_svc.core.resources import EMPTY, ResourceSet
+
+__all__ = ["StatusServer"]
+
+_log = logging.getLogger(__name__)
+
+
+class StatusServer:
+    """Serves the agent's current assignment and readiness over HTTP. Thread safe.
+
+    Attributes:
+        group_id: the group, as reported.
+        member_id: this worker's member id, as reported.
+        host: the address to bind.
+        keepalive_s: how long a /watch stream may stay silent before a keepalive comment.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        member_id: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        keepalive_s: float = 15.0,
+    ) -> None:
+        if keepalive_s <= 0:
+            raise ValueError("keepalive_s must be positive")
+        self.group_id = group_id
+        self.member_id = member_id
+        self.host = host
+        self.keepalive_s = keepalive_s
+        self._requested_port = port
+        self._changed = threading.Condition()
+        # Guarded by _changed:
+        self._version = 0
+        self._member_epoch = 0
+        self._assignment: ResourceSet = EMPTY
+        self._ready = False
+        self._not_ready_reason = "no assignment received from the coordinator yet"
+        self._closed = False
+        self._streams: set[socket.socket] = set()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind and serve on a daemon thread."""
+        with self._changed:
+            if self._httpd is not None or self._closed:
+                raise RuntimeError("StatusServer can be started once")
+            httpd = ThreadingHTTPServer((self.host, self._requested_port), _handler_for(self))
+            httpd.daemon_threads = True
+            self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"status-server:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        _log.info("status endpoint serving on http://%s:%d", self.host, self.port)
+
+    @property
+    def port(self) -> int:
+        """The bound port (after `start`)."""
+        if self._httpd is None:
+            raise RuntimeError("StatusServer is not started")
+        return int(self._httpd.server_address[1])
+
+    def close(self) -> None:
+        """Stop serving: end open /watch streams, stop accepting, release the port."""
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            streams = list(self._streams)
+            self._changed.notify_all()
+        for sock in streams:
+            # Wakes a stream blocked writing to a client that does not read.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        httpd = self._httpd
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> StatusServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- what the agent calls --------------------------------------------------------------
+
+    def update(self, member_epoch: int, assignment: ResourceSet) -> None:
+        """What the worker may run now, at `member_epoch`; the server becomes ready."""
+        with self._changed:
+            if (
+                self._ready
+                and member_epoch == self._member_epoch
+                and assignment == self._assignment
+            ):
+                return
+            self._member_epoch = member_epoch
+            self._assignment = assignment
+            self._ready = True
+            self._not_ready_reason = ""
+            self._version += 1
+            self._changed.notify_all()
+
+    def set_not_ready(self, reason: str) -> None:
+        """Report not ready (e.g. fenced, leaving) until the next `update`.
+
+        The assignment shown is left as it is: the agent calls `update` when the worker's work
+        changes (e.g. with an empty assignment once it has stopped everything).
+        """
+        with self._changed:
+            if not self._ready and reason == self._not_ready_reason:
+                return
+            self._ready = False
+            self._not_ready_reason = reason
+            self._version += 1
+            self._changed.notify_all()
+
+    # --- what the handler reads ------------------------------------------------------------
+
+    def _snapshot_locked(self) -> dict[str, object]:
+        return {
+            "group_id": self.group_id,
+            "member_id": self.member_id,
+            "member_epoch": self._member_epoch,
+            **self._assignment.to_json(),
+            "ready": self._ready,
+        }
+
+    def snapshot(self) -> dict[str, object]:
+        """The /assignment object, as it is now."""
+        with self._changed:
+            return self._snapshot_locked()
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, reason when not)."""
+        with self._changed:
+            return self._ready, self._not_ready_reason
+
+    def _moved_on_locked(self, seen: int) -> bool:
+        return self._closed or self._version != seen
+
+    def _watch(self, handler: _StatusHandler) -> None:
+        """Serve one /watch stream until the client goes away or the server closes."""
+        sock = handler.connection
+        with self._changed:
+            if self._closed:
+                return
+            self._streams.add(sock)
+        try:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            handler.send_header("Cache-Control", "no-cache")
+            handler.send_header("X-Accel-Buffering", "no")
+            handler.end_headers()
+            seen = -1
+            while True:
+                with self._changed:
+                    self._changed.wait_for(
+                        functools.partial(self._moved_on_locked, seen), timeout=self.keepalive_s
+                    )
+                    if self._closed:
+                        return
+                    if self._version != seen:
+                        seen = self._version
+                        data = json.dumps(self._snapshot_locked(), separators=(",", ":"))
+                        chunk = f"event: assignment\nid: {seen}\ndata: {data}\n\n"
+                    else:
+                        chunk = ": keepalive\n\n"
+                handler.wfile.write(chunk.encode())
+                handler.wfile.flush()
+        except OSError:
+            return  # the client went away, or close() shut the socket
+        finally:
+            with self._changed:
+                self._streams.discard(sock)
+
+
+def _handler_for(server: StatusServer) -> type[_StatusHandler]:
+    return type("StatusHandler", (_StatusHandler,), {"status": server})
+
+
+class _StatusHandler(BaseHTTPRequestHandler):
+    status: StatusServer
+    server_version = "worker-agent-status"
+    # Bounds a client that connects and sends nothing, or stops reading a stream.
+    timeout = 30.0
+
+    def do_GET(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        if path == "/assignment":
+            self._send_json(200, self.status.snapshot())
+        elif path in ("/ready", "/readyz"):
+            ready, reason = self.status.readiness()
+            if ready:
+                self._send_text(200, "ready")
+            else:
+                self._send_text(503, f"not ready: {reason}")
+        elif path == "/healthz":
+            self._send_text(200, "ok")
+        elif path == "/watch":
+            self.close_connection = True
+            self.status._watch(self)
+        else:
+            self._send_json(404, {"error": "not found", "path": path})
+
+    def _send_json(self, code: int, body: dict[str, Any]) -> None:
+        self._send(code, "application/json", json.dumps(body).encode())
+
+    def _send_text(self, code: int, text: str) -> None:
+        self._send(code, "text/plain; charset=utf-8", (text + "\n").encode())
+
+    def _send(self, code: int, content_type: str, payload: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _log.debug("%s %s", self.address_string(), format % args)
