@@ -187,9 +187,16 @@ class Membership:
     def next_wakeup_ms(self) -> int:
         """When `poll` may have something new to do, absent any report (for the runtime's sleep)."""
         times = [self._next_heartbeat_ms]
-        if self.phase is Phase.MEMBER and self.running and self.last_success_sent_ms is not None:
+        if self.phase is Phase.MEMBER and self.owned and self.last_success_sent_ms is not None:
             times.append(self._fence_at())
         return max(self.now_ms, min(times))
+
+    @property
+    def owned(self) -> ResourceSet:
+        """What the worker may be running: what it runs plus what it is starting now. Heartbeats
+        report this, so a resource being started is never taken for given up."""
+        starting = self._starting.resources if self._starting is not None else EMPTY
+        return self.running | starting
 
     @property
     def ready(self) -> bool:
@@ -338,7 +345,7 @@ class Membership:
             return None
         if self._stopping is not None and self.phase is not Phase.MEMBER:
             return None  # stop first, then rejoin or leave
-        if self.phase in (Phase.REJOINING, Phase.LEAVING) and self.running:
+        if self.phase in (Phase.REJOINING, Phase.LEAVING) and self.owned:
             return None
         if self.phase is Phase.REJOINING:
             self.phase = Phase.JOINING
@@ -357,7 +364,7 @@ class Membership:
 
     def _member_heartbeat(self) -> HeartbeatRequest:
         c = self.config
-        owned = self.running
+        owned = self.owned
         full = HeartbeatRequest(
             c.group_id,
             c.member_id,
@@ -405,7 +412,7 @@ class Membership:
             self.assigned = new_assignment
         if resp.error_code is ErrorCode.COMPUTE_ASSIGNMENT:
             self._compute_requested = True
-        if self.running - self.assigned:
+        if self.owned - self.assigned:
             self._next_heartbeat_ms = self.now_ms  # acknowledge as soon as it is stopped
 
     def _eager_on_answer(
@@ -416,8 +423,8 @@ class Membership:
         )
         if self._eager_restart:
             # The restart ends with the first answer to a heartbeat that reported nothing run.
-            if not self.running and sent.owned is not None and not sent.owned:
+            if not self.owned and sent.owned is not None and not sent.owned:
                 self._eager_restart = False
             return
-        if changed and self.running:
+        if changed and self.owned:
             self._eager_restart = True

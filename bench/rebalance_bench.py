@@ -1,0 +1,1183 @@
+#!/usr/bin/env python3
+"""Rebalance benchmark: IncrementalCooperative (`sessioned`) against Eager (`eager`), side by side.
+
+Run it through ./bench/run-rebalance (see bench/README.md, "Rebalance benchmark"). It starts
+`coordinator-svc serve` as a subprocess (a throwaway PostgreSQL with durable commits, or an SQLite
+file in a temporary directory with --store sqlite), then, for each scenario and each protocol, a
+fresh group whose workers are in-process `worker_agent.runtime.Agent` objects on threads, each
+with its own `CallbackListener` that sleeps for every start and stop and records when each call
+began and ended. Scenarios:
+
+  restart  rolling restart of every worker of a WORKERS-worker group: each worker in turn is
+           stopped gracefully (Agent.stop(): revoke everything, then leave, as on SIGTERM), started
+           again at once under the same member id, and the group is waited for until quiet before
+           the next one.
+  scale    a WORKERS-worker group grows to SCALE_TO workers: the new workers are all started at
+           once.
+
+Each scenario and protocol runs REPEAT times, interleaved, each in a fresh group; the table shows
+medians with their range.
+
+The group is "quiet" when DescribeGroups says STABLE with the group epoch equal to the assignment
+epoch and no delayed rebalance pending, every expected member is present, STABLE, at that epoch,
+with nothing pending revocation and its current assignment equal to its target, the current
+assignments cover the whole catalogue, and every worker's listener has started exactly its
+current assignment.
+
+Figures per protocol and scenario, over the window from the first disturbance to the last quiet:
+
+  task stops              tasks the listeners were told to stop (on_revoked) in the window.
+  task-seconds not running  the integral over the window of the number of catalogue tasks that no
+                          worker runs; a task runs on a worker from the return of the on_assigned
+                          that started it to the call of the on_revoked that stops it.
+  time to converge        from the disturbance (the stop() call, or the first new worker's start)
+                          to the first poll that sees the group quiet.
+
+And one check over the whole run, set-up and tear-down included: no connector or task was ever
+held by two workers (or two incarnations of one worker) at once, where a worker holds a resource
+from the call of the on_assigned that starts it to the return of the on_revoked that stops it.
+If that fails, or a group never converges, the run says so loudly and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+for extra in (REPO, REPO / "generated"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+import grpc  # noqa: E402
+from connect.group.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
+
+from coordinator_svc.core.resources import ResourceSet  # noqa: E402
+from tests.support.coordinator import CoordinatorProcess  # noqa: E402
+from worker_agent.assignors import assignors_for_protocol  # noqa: E402
+from worker_agent.listener import CallbackListener, RebalanceEvent  # noqa: E402
+from worker_agent.membership import Membership, Phase  # noqa: E402
+from worker_agent.runtime import Agent, AgentSettings  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+PROTOCOLS = ("eager", "sessioned")
+SCENARIOS = ("restart", "scale")
+SCENARIO_TITLES = {"restart": "rolling restart", "scale": "scale-out"}
+DELAY_KEY = "scheduled.rebalance.max.delay.ms"
+PG_SETTINGS = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+
+#: A resource: (connector, task number) for a task, (connector, -1) for the connector itself.
+Key = tuple[str, int]
+#: A resource of a group: (group, connector, task number or -1).
+GroupKey = tuple[str, str, int]
+#: One incarnation of one worker: (group, member id, incarnation number from 1).
+Owner = tuple[str, str, int]
+
+
+def log(msg: str) -> None:
+    print(f"[rebalance {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def is_task(key: Key) -> bool:
+    return key[1] >= 0
+
+
+def show_key(key: GroupKey) -> str:
+    return f"{key[0]}/{key[1]}" if key[2] < 0 else f"{key[0]}/{key[1]}-{key[2]}"
+
+
+def show_owner(owner: Owner) -> str:
+    return f"{owner[1]}#{owner[2]}"
+
+
+# --- what the listeners did ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One listener call, as the worker saw it (time.monotonic() seconds)."""
+
+    owner: Owner
+    kind: str  # "assigned" | "revoked"
+    begin: float
+    end: float
+    keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    owner: Owner
+    start: float
+    end: float
+
+
+@dataclass
+class Intervals:
+    """Per resource: when each worker incarnation held it and when it ran there."""
+
+    #: [on_assigned called, on_revoked returned]: the span in which it may be running there.
+    held: dict[GroupKey, list[Interval]] = field(default_factory=dict)
+    #: [on_assigned returned, on_revoked called]: the span in which it surely runs there.
+    running: dict[GroupKey, list[Interval]] = field(default_factory=dict)
+    anomalies: list[str] = field(default_factory=list)
+
+
+class Recorder:
+    """Every listener call of every worker, and what each worker incarnation runs now."""
+
+    def __init__(self, start_s: float, stop_s: float) -> None:
+        self.start_per_resource_s = start_s
+        self.stop_per_resource_s = stop_s
+        self._lock = threading.Lock()
+        self.calls: list[Call] = []
+        self._running: dict[Owner, set[Key]] = {}
+        self._busy: set[Owner] = set()  # inside a listener call
+
+    def listener(self, owner: Owner) -> CallbackListener:
+        with self._lock:
+            self._running.setdefault(owner, set())
+        return CallbackListener(
+            on_revoked=lambda event: self._call(owner, event),
+            on_assigned=lambda event: self._call(owner, event),
+        )
+
+    def _call(self, owner: Owner, event: RebalanceEvent) -> None:
+        keys = tuple(
+            [(c, -1) for c in event.connectors] + [(t.connector, t.task) for t in event.tasks]
+        )
+        per = self.start_per_resource_s if event.event == "assigned" else self.stop_per_resource_s
+        with self._lock:
+            self._busy.add(owner)
+        begin = time.monotonic()
+        if keys and per > 0:
+            time.sleep(len(keys) * per)
+        end = time.monotonic()
+        with self._lock:
+            self.calls.append(Call(owner, event.event, begin, end, keys))
+            self._busy.discard(owner)
+            running = self._running[owner]
+            if event.event == "assigned":
+                running.update(keys)
+            else:
+                running.difference_update(keys)
+
+    def running(self, owner: Owner) -> tuple[frozenset[Key], bool]:
+        """What the incarnation's listener has started and not stopped, and whether a listener
+        call of it is under way."""
+        with self._lock:
+            return frozenset(self._running.get(owner, ())), owner in self._busy
+
+    def snapshot(self) -> list[Call]:
+        with self._lock:
+            return list(self.calls)
+
+    def intervals(self, end_of_run: float) -> Intervals:
+        """Replays the calls of each incarnation in order (its listener calls are sequential)."""
+        out = Intervals()
+        by_owner: dict[Owner, list[Call]] = {}
+        for call in self.snapshot():
+            by_owner.setdefault(call.owner, []).append(call)
+        for owner, calls in sorted(by_owner.items()):
+            group = owner[0]
+            open_: dict[Key, tuple[float, float]] = {}  # key -> (assign begin, assign end)
+            for call in sorted(calls, key=lambda c: c.begin):
+                for key in call.keys:
+                    gkey = (group, *key)
+                    if call.kind == "assigned":
+                        if key in open_:
+                            out.anomalies.append(
+                                f"{show_owner(owner)} was told to start {show_key(gkey)} "
+                                f"again while running it (t={call.begin:.3f})"
+                            )
+                            continue
+                        open_[key] = (call.begin, call.end)
+                    else:
+                        if key not in open_:
+                            out.anomalies.append(
+                                f"{show_owner(owner)} was told to stop {show_key(gkey)}, "
+                                f"which it did not run (t={call.begin:.3f})"
+                            )
+                            continue
+                        a_begin, a_end = open_.pop(key)
+                        out.held.setdefault(gkey, []).append(Interval(owner, a_begin, call.end))
+                        out.running.setdefault(gkey, []).append(Interval(owner, a_end, call.begin))
+            for key, (a_begin, a_end) in open_.items():
+                gkey = (group, *key)
+                out.anomalies.append(
+                    f"{show_owner(owner)} still ran {show_key(gkey)} after its agent returned"
+                )
+                out.held.setdefault(gkey, []).append(Interval(owner, a_begin, float("inf")))
+                out.running.setdefault(gkey, []).append(Interval(owner, a_end, end_of_run))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """A resource held by two worker incarnations at once."""
+
+    key: GroupKey
+    first: Interval
+    second: Interval
+
+    def describe(self, t_zero: float) -> str:
+        a, b = self.first, self.second
+        return (
+            f"{show_key(self.key)}: held by {show_owner(a.owner)} over "
+            f"[{a.start - t_zero:.3f}, {a.end - t_zero:.3f}] s and by {show_owner(b.owner)} "
+            f"from {b.start - t_zero:.3f} s (overlap {min(a.end, b.end) - b.start:.3f} s)"
+        )
+
+
+def double_ownership(intervals: Intervals) -> list[Overlap]:
+    """Every time a resource was held by two worker incarnations at once."""
+    found: list[Overlap] = []
+    for key, spans in sorted(intervals.held.items()):
+        ordered = sorted(spans, key=lambda s: s.start)
+        latest = ordered[0]
+        for span in ordered[1:]:
+            if span.start < latest.end:
+                found.append(Overlap(key, latest, span))
+            if span.end > latest.end:
+                latest = span
+    return found
+
+
+def downtime(
+    intervals: Intervals, keys: Sequence[GroupKey], t0: float, t1: float
+) -> tuple[float, int, int]:
+    """Over [t0, t1]: (resource-seconds not running, resources that were down at some point,
+    the most resources down at once)."""
+    total = 0.0
+    interrupted = 0
+    edges: list[tuple[float, int]] = []  # (time, +1: starts running, -1: stops)
+    for key in keys:
+        spans = sorted(
+            (max(s.start, t0), min(s.end, t1))
+            for s in intervals.running.get(key, [])
+            if s.end > t0 and s.start < t1
+        )
+        covered = 0.0
+        cursor = t0
+        for start, end in spans:
+            if end <= cursor:
+                continue
+            start = max(start, cursor)
+            covered += end - start
+            edges.append((start, +1))
+            edges.append((end, -1))
+            cursor = end
+        down = (t1 - t0) - covered
+        total += down
+        if down > 1e-6:
+            interrupted += 1
+    # At a tie a stop counts before a start (-1 sorts first): the peak is not understated.
+    running = sum(step for at, step in edges if at <= t0)
+    peak = len(keys) - running
+    for _, step in sorted(e for e in edges if t0 < e[0] < t1):
+        running += step
+        peak = max(peak, len(keys) - running)
+    return total, interrupted, peak
+
+
+# --- workers --------------------------------------------------------------------------------
+
+
+class Worker:
+    """One worker: an Agent on a thread; restarted as a new Agent under the same member id."""
+
+    def __init__(self, bench: Bench, group: str, member_id: str, protocol: str) -> None:
+        self.bench = bench
+        self.group = group
+        self.member_id = member_id
+        self.protocol = protocol
+        self.incarnation = 0
+        self.agent: Agent | None = None
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def owner(self) -> Owner:
+        return (self.group, self.member_id, self.incarnation)
+
+    def start(self) -> None:
+        a = self.bench.args
+        if not hasattr(Membership, "_eager_restart"):
+            # unsettled() reads it; without it the quiet check would miss eager restarts.
+            raise RuntimeError("worker_agent.membership.Membership has no _eager_restart any more")
+        self.incarnation += 1
+        settings = AgentSettings(
+            group_id=self.group,
+            member_id=self.member_id,
+            coordinators=(self.bench.address,),
+            assignors=tuple(assignors_for_protocol(self.protocol)),
+            rebalance_timeout_ms=a.rebalance_timeout_ms,
+            eager=self.protocol == "eager",
+        )
+        self.agent = Agent(settings, self.bench.recorder.listener(self.owner))
+        self.thread = threading.Thread(
+            target=self._run, name=f"agent-{self.member_id}#{self.incarnation}", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self) -> None:
+        assert self.agent is not None
+        try:
+            self.agent.run()
+        except BaseException as error:
+            self.error = error
+            logging.getLogger("rebalance_bench").exception("agent %s failed", self.member_id)
+
+    def unsettled(self, epoch: int, assignment: frozenset[Key]) -> str:
+        """Why the agent itself has not settled on `assignment` at `epoch` ("" if it has).
+
+        The coordinator records a member at the new epoch before the member has read the answer,
+        and an eager agent that reads a new epoch restarts everything it runs, so the
+        coordinator's view alone could call a group quiet just before an eager restart."""
+        agent = self.agent
+        if agent is None:
+            return f"{self.member_id} has no agent"
+        m = agent.machine
+        if agent.phase is not Phase.MEMBER or agent.member_epoch != epoch:
+            return f"{self.member_id}'s agent is {agent.phase.value} at epoch {agent.member_epoch}"
+        if _keys_of(m.assigned) != assignment or _keys_of(agent.running) != assignment:
+            return f"{self.member_id}'s agent has not caught up with its assignment"
+        # The machine's eager-restart flag has no public accessor; reading it is harmless.
+        if m._eager_restart:
+            return f"{self.member_id}'s agent is restarting its work (eager)"
+        return ""
+
+    def request_stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait until the agent has left; False if it has not by then."""
+        if self.thread is None:
+            return True
+        self.thread.join(timeout_s)
+        return not self.thread.is_alive()
+
+    def stop(self, timeout_s: float) -> bool:
+        self.request_stop()
+        return self.join(timeout_s)
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+@dataclass
+class Disturbance:
+    what: str
+    at: float
+    quiet_at: float | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.quiet_at is None else self.quiet_at - self.at
+
+
+@dataclass
+class Run:
+    protocol: str
+    scenario: str
+    repeat: int
+    group: str
+    delay_ms: int
+    workers_before: int
+    workers_after: int
+    disturbances: list[Disturbance] = field(default_factory=list)
+    converged: bool = False
+    failure: str = ""
+    window: tuple[float, float] | None = None
+    epoch_before: int = 0
+    epoch_after: int = 0
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+# --- the benchmark ---------------------------------------------------------------------------
+
+
+class NotConverged(Exception):
+    pass
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, stack: ExitStack) -> None:
+        self.args = args
+        self.stack = stack
+        self.state_dir = Path(args.state_dir) if args.state_dir else None
+        self.recorder = Recorder(args.task_start_ms / 1000, args.task_stop_ms / 1000)
+        self.catalogue = {f"conn-{i:02d}": args.tasks_per_connector for i in range(args.connectors)}
+        self.keys: frozenset[Key] = frozenset(
+            [(c, -1) for c in self.catalogue]
+            + [(c, t) for c, n in self.catalogue.items() for t in range(n)]
+        )
+        self.task_keys = frozenset(k for k in self.keys if is_task(k))
+        self.runs: list[Run] = []
+        self.store_info = ""
+        self.started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.t_zero = time.monotonic()  # listener call times in the calls file count from here
+
+    def note_state(self, name: str, value: str) -> None:
+        """Tell bench/run-rebalance's exit trap what to clean up if this process dies."""
+        if self.state_dir is not None:
+            (self.state_dir / name).write_text(value)
+
+    # --- the coordinator ---
+
+    def start_coordinator(self) -> None:
+        a = self.args
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        if a.store == "postgres":
+            from tests.support.pgcluster import ThrowawayCluster, create_database
+
+            log("starting a throwaway PostgreSQL (fsync, synchronous_commit, full_page_writes on)")
+            cluster = ThrowawayCluster(settings=PG_SETTINGS)
+            cluster.start()
+            self.stack.callback(cluster.stop)
+            self.note_state("pg_base", str(cluster.base_dir))
+            self.note_state("pg_bin", str(cluster.bin_dir))
+            db_url = create_database(cluster.url, "rebalance")
+            self.store_info = f"PostgreSQL (throwaway, port {cluster.port}, durable commits)"
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix="bench-rebalance-"))
+            self.stack.callback(lambda: _rmtree(tmp))
+            db_url = f"sqlite:///{tmp / 'coordinator.db'}"
+            self.store_info = f"SQLite ({tmp / 'coordinator.db'})"
+        coordinator_log = RESULTS / "rebalance-coordinator.log"
+        coordinator_log.unlink(missing_ok=True)
+        self.coordinator = CoordinatorProcess(
+            db_url,
+            "--node-id",
+            "bench-rebalance",
+            "--session-timeout-ms",
+            str(a.session_timeout_ms),
+            "--heartbeat-interval-ms",
+            str(a.heartbeat_interval_ms),
+            "--rebalance-timeout-ms",
+            str(a.rebalance_timeout_ms),
+            "--scheduled-rebalance-max-delay-ms",
+            str(a.restart_delay_ms),
+            "--log-level",
+            a.coordinator_log_level,
+            log_path=coordinator_log,
+        )
+        log(f"starting coordinator-svc serve on {self.coordinator.address}, {self.store_info}")
+        self.coordinator.start()
+        assert self.coordinator.proc is not None
+        self.note_state("coordinator_pid", str(self.coordinator.proc.pid))
+        self.stack.callback(self._stop_coordinator)
+        self.address = self.coordinator.address
+        self.channel = grpc.insecure_channel(self.address)
+        self.stack.callback(self.channel.close)
+        self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
+
+    def _stop_coordinator(self) -> None:
+        proc = self.coordinator.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                self.coordinator.terminate(20)
+            except subprocess.TimeoutExpired:
+                log("the coordinator did not stop on SIGTERM within 20 s; killing it")
+        self.coordinator.close()
+
+    # --- group set-up and observation ---
+
+    def create_group(self, group: str, delay_ms: int) -> None:
+        for name, tasks in sorted(self.catalogue.items()):
+            resp = self.admin.PutConnector(
+                admin_pb2.PutConnectorRequest(group_id=group, connector=name, task_count=tasks),
+                timeout=10,
+            )
+            if resp.error_code != 0:
+                raise RuntimeError(f"PutConnector {name}: {resp.error_code} {resp.error_message}")
+        resp = self.admin.AlterGroupConfigs(
+            admin_pb2.AlterGroupConfigsRequest(group_id=group, set={DELAY_KEY: str(delay_ms)}),
+            timeout=10,
+        )
+        if resp.error_code != 0:
+            raise RuntimeError(f"AlterGroupConfigs: {resp.error_code} {resp.error_message}")
+
+    def describe(self, group: str) -> Any:
+        resp = self.admin.DescribeGroups(
+            admin_pb2.DescribeGroupsRequest(group_ids=[group]), timeout=5
+        )
+        return resp.groups[0]
+
+    def not_quiet(self, group: str, workers: Sequence[Worker]) -> tuple[str, Any]:
+        """Why the group is not quiet ("" if it is), and the description it is based on."""
+        try:
+            g = self.describe(group)
+        except grpc.RpcError as error:
+            return f"DescribeGroups failed: {error.code()}", None
+        if g.error_code != 0:
+            return f"DescribeGroups: {g.error_code} {g.error_message}", g
+        if g.state != "STABLE":
+            return f"group {g.state}", g
+        if g.group_epoch != g.assignment_epoch:
+            return f"group epoch {g.group_epoch} > assignment epoch {g.assignment_epoch}", g
+        if g.HasField("scheduled_rebalance_at_ms"):
+            return "a delayed rebalance is pending", g
+        members = {m.member_id: m for m in g.members}
+        expected = {w.member_id: w for w in workers}
+        if set(members) != set(expected):
+            return f"members {sorted(members)} != expected {sorted(expected)}", g
+        covered: set[Key] = set()
+        for member_id, m in sorted(members.items()):
+            if m.state != "STABLE" or m.member_epoch != g.assignment_epoch:
+                return f"{member_id} {m.state} at epoch {m.member_epoch}", g
+            if m.pending_revocation.connectors or m.pending_revocation.tasks:
+                return f"{member_id} has revocations pending", g
+            current = _keys(m.current_assignment)
+            if current != _keys(m.target_assignment):
+                return f"{member_id}'s current assignment is not its target", g
+            worker = expected[member_id]
+            running, busy = self.recorder.running(worker.owner)
+            if busy:
+                return f"{member_id}'s listener is busy", g
+            if running != current:
+                return (
+                    f"{member_id} runs {len(running)} resources, its assignment has {len(current)}"
+                ), g
+            unsettled = worker.unsettled(g.assignment_epoch, current)
+            if unsettled:
+                return unsettled, g
+            covered |= current
+        if covered != self.keys:
+            return f"{len(self.keys - covered)} resources assigned to no one", g
+        return "", g
+
+    def wait_quiet(self, group: str, workers: Sequence[Worker], what: str) -> tuple[float, Any]:
+        """Poll until the group is quiet; the time of the first quiet poll and the description."""
+        deadline = time.monotonic() + self.args.converge_timeout_s
+        poll_s = self.args.poll_ms / 1000
+        reason = "never polled"
+        while time.monotonic() < deadline:
+            polled_at = time.monotonic()
+            reason, g = self.not_quiet(group, workers)
+            if not reason:
+                return polled_at, g
+            for w in workers:
+                if w.error is not None:
+                    raise NotConverged(f"{what}: agent {w.member_id} failed: {w.error!r}")
+            time.sleep(max(0.0, poll_s - (time.monotonic() - polled_at)))
+        raise NotConverged(
+            f"{what}: not quiet after {self.args.converge_timeout_s:.0f} s: {reason}"
+        )
+
+    # --- scenarios ---
+
+    def run_scenario(self, scenario: str, protocol: str, repeat: int) -> Run:
+        a = self.args
+        delay_ms = a.restart_delay_ms if scenario == "restart" else a.scale_delay_ms
+        group = f"rebalance-{scenario}-{protocol}-{uuid.uuid4().hex[:6]}"
+        after = a.workers if scenario == "restart" else a.scale_to
+        run = Run(protocol, scenario, repeat, group, delay_ms, a.workers, after)
+        self.create_group(group, delay_ms)
+        log(
+            f"{SCENARIO_TITLES[scenario]}, {protocol}, repeat {repeat}/{a.repeat}: group {group}, "
+            f"{DELAY_KEY}={delay_ms}; setting up {a.workers} workers"
+        )
+        workers = [Worker(self, group, f"worker-{i}", protocol) for i in range(after)]
+        initial, extra = workers[: a.workers], workers[a.workers :]
+        try:
+            for w in initial:
+                w.start()
+            _, g = self.wait_quiet(group, initial, "set-up")
+            time.sleep(a.settle_s)
+            run.epoch_before = int(g.group_epoch)
+            log(f"  set up: quiet at group epoch {g.group_epoch}")
+            if scenario == "restart":
+                self._rolling_restart(run, initial)
+            else:
+                self._scale_out(run, initial, extra)
+            run.converged = True
+        except NotConverged as error:
+            run.failure = str(error)
+            log(f"  FAILED: {error}")
+            with suppress(grpc.RpcError):
+                run.figures["last_description"] = str(self.describe(group))
+        finally:
+            self._stop_all([w for w in workers if w.thread is not None])
+        return run
+
+    def _rolling_restart(self, run: Run, workers: list[Worker]) -> None:
+        a = self.args
+        for w in workers:
+            d = Disturbance(f"restart {w.member_id}", time.monotonic())
+            run.disturbances.append(d)
+            if not w.stop(a.leave_timeout_s):
+                raise NotConverged(f"{w.member_id} did not leave within {a.leave_timeout_s} s")
+            left_at = time.monotonic()
+            if a.restart_gap_s > 0:
+                time.sleep(a.restart_gap_s)
+            w.start()
+            d.quiet_at, g = self.wait_quiet(run.group, workers, d.what)
+            run.epoch_after = int(g.group_epoch)
+            log(
+                f"  {d.what}: left after {left_at - d.at:.2f} s, quiet after "
+                f"{d.seconds:.2f} s (group epoch {g.group_epoch})"
+            )
+            time.sleep(a.settle_s)
+        run.window = (run.disturbances[0].at, run.disturbances[-1].quiet_at or 0.0)
+
+    def _scale_out(self, run: Run, initial: list[Worker], extra: list[Worker]) -> None:
+        d = Disturbance(f"add {len(extra)} workers at once", time.monotonic())
+        run.disturbances.append(d)
+        for w in extra:
+            w.start()
+        d.quiet_at, g = self.wait_quiet(run.group, initial + extra, d.what)
+        run.epoch_after = int(g.group_epoch)
+        log(f"  {d.what}: quiet after {d.seconds:.2f} s (group epoch {g.group_epoch})")
+        run.window = (d.at, d.quiet_at)
+
+    def _stop_all(self, workers: list[Worker]) -> None:
+        for w in workers:
+            w.request_stop()
+        stuck = [w.member_id for w in workers if not w.join(self.args.leave_timeout_s)]
+        if stuck:
+            log(f"  agents that did not leave within {self.args.leave_timeout_s} s: {stuck}")
+            for w in workers:
+                if w.agent is not None:
+                    w.agent.abandon()
+
+    # --- figures ---
+
+    def compute(self, intervals: Intervals, overlaps: list[Overlap]) -> None:
+        calls = self.recorder.snapshot()
+        for run in self.runs:
+            run.figures["double_held"] = sum(1 for o in overlaps if o.key[0] == run.group)
+            if run.window is None:
+                continue
+            t0, t1 = run.window
+            mine = [c for c in calls if c.owner[0] == run.group and t0 <= c.begin <= t1]
+
+            def count(kind: str, tasks: bool, calls: list[Call] = mine) -> int:
+                return sum(
+                    1 for c in calls if c.kind == kind for k in c.keys if (k[1] >= 0) == tasks
+                )
+
+            task_keys = [(run.group, *k) for k in sorted(self.task_keys)]
+            connector_keys = [(run.group, *k) for k in sorted(self.keys - self.task_keys)]
+            down, interrupted, peak = downtime(intervals, task_keys, t0, t1)
+            connector_down, _, _ = downtime(intervals, connector_keys, t0, t1)
+            times = [d.seconds for d in run.disturbances if d.seconds is not None]
+            run.figures.update(
+                {
+                    "task_stops": count("revoked", True),
+                    "task_starts": count("assigned", True),
+                    "connector_stops": count("revoked", False),
+                    "listener_calls": len(mine),
+                    "task_seconds_not_running": round(down, 3),
+                    "connector_seconds_not_running": round(connector_down, 3),
+                    "tasks_interrupted": interrupted,
+                    "peak_tasks_not_running": peak,
+                    "converge_total_s": round(sum(times), 3),
+                    "converge_mean_s": round(sum(times) / len(times), 3) if times else None,
+                    "converge_max_s": round(max(times), 3) if times else None,
+                    "converge_each_s": [round(t, 3) for t in times],
+                    "group_epoch_bumps": run.epoch_after - run.epoch_before,
+                    "window_s": round(t1 - t0, 3),
+                }
+            )
+
+    def phase_of(self, overlap: Overlap) -> tuple[Run | None, str]:
+        """The run an overlap belongs to, and when in it it began."""
+        run = next((r for r in self.runs if r.group == overlap.key[0]), None)
+        if run is None:
+            return None, "?"
+        at = overlap.second.start
+        if run.window is None:
+            return run, "the run (it did not converge)"
+        if at < run.window[0]:
+            return run, "set-up"
+        if at <= run.window[1]:
+            return run, "the measured window"
+        return run, "tear-down"
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The table: one row per scenario and figure, one column per protocol; with repeats,
+        each cell is the median over the repeats that converged, with their range."""
+        figures: list[tuple[str, str, str, str]] = [
+            # (key, label, unit, only for this scenario)
+            ("task_stops", "task stops (on_revoked)", "n", ""),
+            ("task_starts", "task starts (on_assigned)", "n", ""),
+            ("task_seconds_not_running", "task-seconds not running", "s", ""),
+            ("tasks_interrupted", "tasks interrupted at least once", "n", ""),
+            ("peak_tasks_not_running", "most tasks not running at once", "n", ""),
+            ("connector_stops", "connector stops", "n", ""),
+            ("converge_total_s", "time to converge, all restarts", "s", "restart"),
+            ("converge_mean_s", "time to converge, mean per restart", "s", "restart"),
+            ("converge_max_s", "time to converge, max per restart", "s", "restart"),
+            ("converge_total_s", "time to converge", "s", "scale"),
+            ("group_epoch_bumps", "group epoch bumps", "n", ""),
+            ("double_held", "held by two workers at once (all repeats)", "n", ""),
+        ]
+        out = []
+        for scenario in self.args.scenarios:
+            for key, label, unit, only in figures:
+                if only and only != scenario:
+                    continue
+                row: dict[str, Any] = {"scenario": scenario, "figure": label, "key": key}
+                row["unit"] = unit
+                for protocol in self.args.protocols:
+                    runs = [
+                        r for r in self.runs if (r.scenario, r.protocol) == (scenario, protocol)
+                    ]
+                    ok = [r for r in runs if r.converged or key == "double_held"]
+                    values = [r.figures[key] for r in ok if r.figures.get(key) is not None]
+                    if key == "double_held":  # the check: every occurrence counts
+                        row[protocol] = sum(values) if values else None
+                    else:
+                        row[protocol] = statistics.median(values) if values else None
+                    row[f"{protocol}_all"] = values
+                    row[f"{protocol}_failed"] = len(runs) - len(ok)
+                out.append(row)
+        return out
+
+    def print_table(self, rows: list[dict[str, Any]]) -> None:
+        a = self.args
+        protocols = list(a.protocols)
+
+        def fmt(v: float, unit: str) -> str:
+            if unit == "s":
+                return f"{v:,.2f} s"
+            return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"
+
+        def cell(row: dict[str, Any], protocol: str) -> str:
+            values: list[float] = row[f"{protocol}_all"]
+            failed = row[f"{protocol}_failed"]
+            if not values:
+                return "FAILED"
+            text = fmt(row[protocol], row["unit"])
+            if row["key"] == "double_held":
+                return text if not row[protocol] else f"{text} FAILED"
+            if len(values) > 1 and min(values) != max(values):
+                lo, hi = fmt(min(values), row["unit"]), fmt(max(values), row["unit"])
+                text += f" [{lo.removesuffix(' s')}-{hi}]"
+            if failed:
+                text += f" ({failed} FAILED)"
+            return text
+
+        header = ["scenario", "figure"]
+        header += [f"{p} (baseline)" if p == "eager" else p for p in protocols]
+        compare = "eager" in protocols and "sessioned" in protocols
+        if compare:
+            header.append("sessioned / eager")
+        lines = []
+        for r in rows:
+            cells = [SCENARIO_TITLES[r["scenario"]], r["figure"]]
+            cells += [cell(r, p) for p in protocols]
+            if compare:
+                e, s = r["eager"], r["sessioned"]
+                ratio = e and s is not None and r["key"] != "double_held"
+                cells.append(f"{s / e:.1%}" if ratio else "-")
+            lines.append(cells)
+        widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
+
+        def show(cells: list[str]) -> str:
+            return " | ".join(
+                c.ljust(w) if i < 2 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+
+        print()
+        print(
+            f"Rebalance benchmark ({self.started}): {a.connectors} connectors x "
+            f"{a.tasks_per_connector} tasks = {len(self.task_keys)} tasks "
+            f"(+{a.connectors} connectors); listener {a.task_start_ms:g} ms per resource started, "
+            f"{a.task_stop_ms:g} ms per resource stopped; in-process agents against "
+            f"coordinator-svc serve on {self.store_info.split(' (')[0]}"
+        )
+        print(
+            f"  restart: {a.workers} workers, each stopped (Agent.stop) and started again under "
+            f"its member id, restart gap {a.restart_gap_s:g} s, {DELAY_KEY}={a.restart_delay_ms}"
+        )
+        print(
+            f"  scale: {a.workers} -> {a.scale_to} workers, the new ones started at once, "
+            f"{DELAY_KEY}={a.scale_delay_ms}"
+        )
+        print(
+            f"  session {a.session_timeout_ms} ms, heartbeat {a.heartbeat_interval_ms} ms, "
+            f"rebalance timeout {a.rebalance_timeout_ms} ms; quiet polled every {a.poll_ms} ms; "
+            + (
+                f"median of {a.repeat} repeats [min-max]"
+                if a.repeat > 1
+                else "one run per protocol and scenario"
+            )
+        )
+        print(show(header))
+        print("-+-".join("-" * w for w in widths))
+        previous = ""
+        for cells, r in zip(lines, rows, strict=True):
+            if previous and r["scenario"] != previous:
+                print("-+-".join("-" * w for w in widths))
+            previous = r["scenario"]
+            print(show(cells))
+        print()
+
+
+def _keys_of(resources: ResourceSet) -> frozenset[Key]:
+    return frozenset(
+        [(c, -1) for c in resources.connectors] + [(t.connector, t.task) for t in resources.tasks]
+    )
+
+
+def _keys(msg: Any) -> frozenset[Key]:
+    return frozenset([(c, -1) for c in msg.connectors] + [(t.connector, t.task) for t in msg.tasks])
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def git_state() -> dict[str, Any]:
+    def run(*cmd: str) -> str:
+        try:
+            return subprocess.run(
+                cmd, cwd=REPO, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+        except OSError:
+            return ""
+
+    return {
+        "commit": run("git", "rev-parse", "HEAD"),
+        "dirty": bool(run("git", "status", "--porcelain", "--", "coordinator_svc", "worker_agent")),
+    }
+
+
+QUICK = {
+    "connectors": 8,
+    "tasks_per_connector": 10,
+    "workers": 2,
+    "scale_to": 4,
+    "settle_s": 0.3,
+    "repeat": 1,
+}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="run-rebalance",
+        description="Compare IncrementalCooperative (--protocol sessioned) with Eager "
+        "(--protocol eager) on a rolling restart and on a scale-out, with in-process worker "
+        "agents against a real coordinator-svc serve. Prints a table (eager is the baseline) "
+        "and writes JSON. See bench/README.md.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run (~15 s): "
+        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+        + " (explicit flags still win)",
+    )
+    parser.add_argument(
+        "--store",
+        choices=("postgres", "sqlite"),
+        default="postgres",
+        help="the coordinator's database: a throwaway PostgreSQL with durable commits (as "
+        "bench/run-coordinator), or an SQLite file in a temporary directory",
+    )
+    parser.add_argument("--connectors", type=int, default=20, help="connectors in the catalogue")
+    parser.add_argument(
+        "--tasks-per-connector", type=int, default=20, help="tasks of each connector"
+    )
+    parser.add_argument("--workers", type=int, default=4, help="group size before each scenario")
+    parser.add_argument("--scale-to", type=int, default=8, help="group size after the scale-out")
+    parser.add_argument(
+        "--task-start-ms",
+        type=float,
+        default=2.0,
+        help="on_assigned sleeps this long per resource (task or connector) it starts",
+    )
+    parser.add_argument(
+        "--task-stop-ms",
+        type=float,
+        default=2.0,
+        help="on_revoked sleeps this long per resource (task or connector) it stops",
+    )
+    parser.add_argument(
+        "--session-timeout-ms", type=int, default=3_000, help="coordinator-svc serve's default"
+    )
+    parser.add_argument(
+        "--heartbeat-interval-ms", type=int, default=250, help="coordinator-svc serve's default"
+    )
+    parser.add_argument(
+        "--rebalance-timeout-ms",
+        type=int,
+        default=10_000,
+        help="the agents' rebalance timeout (and the coordinator's default)",
+    )
+    parser.add_argument(
+        "--restart-delay-ms",
+        type=int,
+        default=10_000,
+        help=f"{DELAY_KEY} of the rolling-restart groups: IncrementalCooperative holds a "
+        "departed worker's work back this long; a restarted worker must rejoin within it",
+    )
+    parser.add_argument(
+        "--scale-delay-ms",
+        type=int,
+        default=10_000,
+        help=f"{DELAY_KEY} of the scale-out groups (nobody departs, so it should not matter)",
+    )
+    parser.add_argument(
+        "--restart-gap-s",
+        type=float,
+        default=0.0,
+        help="how long a restarted worker stays down between leaving and starting again",
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.5,
+        help="pause after each quiet before the next disturbance",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="runs of each scenario and protocol (interleaved); the table shows medians",
+    )
+    parser.add_argument("--poll-ms", type=int, default=20, help="quiet polling interval")
+    parser.add_argument(
+        "--converge-timeout-s",
+        type=float,
+        default=60.0,
+        help="a disturbance not followed by a quiet group within this long fails the run",
+    )
+    parser.add_argument(
+        "--leave-timeout-s", type=float, default=30.0, help="how long stop() may take"
+    )
+    parser.add_argument(
+        "--protocols",
+        type=lambda s: [p for p in s.split(",") if p],
+        default=",".join(PROTOCOLS),
+        help="comma-separated, from: " + ", ".join(PROTOCOLS),
+    )
+    parser.add_argument(
+        "--scenarios",
+        type=lambda s: [p for p in s.split(",") if p],
+        default=",".join(SCENARIOS),
+        help="comma-separated, from: " + ", ".join(SCENARIOS),
+    )
+    parser.add_argument(
+        "--agent-log-level",
+        default="WARNING",
+        help="worker_agent log level, to bench/results/rebalance-agents.log",
+    )
+    parser.add_argument(
+        "--coordinator-log-level",
+        default="INFO",
+        help="coordinator-svc serve --log-level, to bench/results/rebalance-coordinator.log",
+    )
+    parser.add_argument(
+        "--output",
+        default=str(RESULTS / "rebalance-latest.json"),
+        help="the JSON report; every listener call goes beside it, to <name>-calls.jsonl",
+    )
+    parser.add_argument("--state-dir", default="", help="(for run-rebalance's exit trap)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        explicit = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
+        for name, value in QUICK.items():
+            if f"--{name.replace('_', '-')}" not in explicit:
+                setattr(args, name, value)
+    for p in args.protocols:
+        if p not in PROTOCOLS:
+            parser.error(f"unknown protocol {p!r}")
+    for s in args.scenarios:
+        if s not in SCENARIOS:
+            parser.error(f"unknown scenario {s!r}")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if args.scale_to <= args.workers:
+        parser.error("--scale-to must be larger than --workers")
+    if args.task_start_ms < 0 or args.task_stop_ms < 0:
+        parser.error("listener times cannot be negative")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def on_term(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    agent_log = logging.FileHandler(RESULTS / "rebalance-agents.log", mode="w")
+    agent_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(message)s"))
+    logging.getLogger().addHandler(agent_log)
+    logging.getLogger().setLevel(args.agent_log_level.upper())
+    started = time.time()
+    with ExitStack() as stack:
+        bench = Bench(args, stack)
+        bench.start_coordinator()
+        for repeat in range(1, args.repeat + 1):
+            for scenario in args.scenarios:
+                for protocol in args.protocols:
+                    bench.runs.append(bench.run_scenario(scenario, protocol, repeat))
+        log("stopping the coordinator")
+    end_of_run = time.monotonic()
+    intervals = bench.recorder.intervals(end_of_run)
+    overlaps = double_ownership(intervals)
+    bench.compute(intervals, overlaps)
+    rows = bench.rows()
+    bench.print_table(rows)
+
+    failed = [r for r in bench.runs if not r.converged]
+    held = sum(len(v) for v in intervals.held.values())
+    if overlaps:
+        print(
+            f"CHECK FAILED: {len(overlaps)} times a connector or task was held by two workers "
+            "at once (from the call of on_assigned to the return of on_revoked):"
+        )
+        where: dict[tuple[str, str], list[Overlap]] = {}
+        for o in overlaps:
+            run, phase = bench.phase_of(o)
+            name = (
+                f"{SCENARIO_TITLES[run.scenario]}, {run.protocol}, repeat {run.repeat} "
+                f"(group {run.group})"
+                if run is not None
+                else o.key[0]
+            )
+            where.setdefault((name, phase), []).append(o)
+        for (name, phase), found in where.items():
+            print(f"  {len(found)} in {name}, during {phase}; e.g.")
+            for o in found[:3]:
+                print(f"    {o.describe(bench.t_zero)}")
+        print(
+            "  (times in seconds since the benchmark started, as in "
+            f"{Path(args.output).stem}-calls.jsonl)"
+        )
+    else:
+        print(
+            f"check: no connector or task was ever held by two workers at once "
+            f"({held:,} holding intervals over {len(intervals.held):,} resources, "
+            f"{len(bench.recorder.calls):,} listener calls, set-up and tear-down included): OK"
+        )
+    if intervals.anomalies:
+        print(f"WARNING: {len(intervals.anomalies)} listener anomalies:")
+        for line in intervals.anomalies[:20]:
+            print(f"  {line}")
+    for r in failed:
+        print(
+            f"NOT CONVERGED: {SCENARIO_TITLES[r.scenario]}, {r.protocol}, repeat {r.repeat}: "
+            f"{r.failure}"
+        )
+    for r in bench.runs:
+        if r.scenario == "restart" and r.converged:
+            each = ", ".join(f"{t:.2f}" for t in r.figures["converge_each_s"])
+            print(
+                f"{r.protocol} rolling restart, repeat {r.repeat}: time to converge per restart "
+                f"(s): {each}"
+            )
+
+    report = {
+        "run": {
+            "started": bench.started,
+            "seconds": round(time.time() - started, 1),
+            "host": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "grpcio": grpc.__version__,
+                "platform": platform.platform(),
+            },
+            "git": git_state(),
+            "store": bench.store_info,
+            "config": {k: v for k, v in vars(args).items() if k not in ("state_dir", "output")},
+        },
+        "figures": rows,
+        "runs": [
+            {
+                "protocol": r.protocol,
+                "scenario": r.scenario,
+                "repeat": r.repeat,
+                "group": r.group,
+                "delay_ms": r.delay_ms,
+                "workers_before": r.workers_before,
+                "workers_after": r.workers_after,
+                "converged": r.converged,
+                "failure": r.failure,
+                "disturbances": [
+                    {
+                        "what": d.what,
+                        "at": round(d.at - bench.t_zero, 4),
+                        "quiet_at": None
+                        if d.quiet_at is None
+                        else round(d.quiet_at - bench.t_zero, 4),
+                        "seconds": d.seconds,
+                    }
+                    for d in r.disturbances
+                ],
+                "figures": r.figures,
+            }
+            for r in bench.runs
+        ],
+        "check": {
+            "double_ownership": [
+                {
+                    "run": getattr(bench.phase_of(o)[0], "group", None),
+                    "phase": bench.phase_of(o)[1],
+                    "what": o.describe(bench.t_zero),
+                }
+                for o in overlaps
+            ],
+            "anomalies": intervals.anomalies,
+            "holding_intervals": held,
+        },
+    }
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    calls_path = out.with_name(out.stem + "-calls.jsonl")
+    with calls_path.open("w") as f:
+        for c in sorted(bench.recorder.snapshot(), key=lambda c: c.begin):
+            f.write(
+                json.dumps(
+                    {
+                        "group": c.owner[0],
+                        "worker": show_owner(c.owner),
+                        "event": c.kind,
+                        "begin": round(c.begin - bench.t_zero, 4),
+                        "end": round(c.end - bench.t_zero, 4),
+                        "connectors": sum(1 for k in c.keys if k[1] < 0),
+                        "tasks": sum(1 for k in c.keys if k[1] >= 0),
+                    }
+                )
+                + "\n"
+            )
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    log(
+        f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}; logs: "
+        "bench/results/rebalance-coordinator.log, bench/results/rebalance-agents.log; "
+        f"done in {time.time() - started:.0f} s"
+    )
+    if overlaps or failed:
+        print("REBALANCE BENCHMARK FAILED (see above)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
