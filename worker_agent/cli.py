@@ -205,6 +205,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if status is not None:
             status.close()
+    if agent.fatal is not None:
+        log.error("the agent stopped all work and exits: %s", agent.fatal)
+        return 3
     return 0
 
 

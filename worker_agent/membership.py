@@ -34,12 +34,10 @@ from coordinator_svc.core.resources import EMPTY, ResourceSet
 MIN_RETRY_BACKOFF_MS = 50
 MAX_RETRY_BACKOFF_MS = 2_000
 FIND_COORDINATOR_ERRORS = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
+    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
 )
+#: Errors after which this process must not carry on: stop everything and exit, loudly.
+FATAL_ERRORS = frozenset({ErrorCode.FENCED_INSTANCE_ID, ErrorCode.UNSUPPORTED_ASSIGNOR})
 REJOIN_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 
 
@@ -48,7 +46,8 @@ class Phase(enum.Enum):
     MEMBER = "MEMBER"  # holds an epoch > 0
     REJOINING = "REJOINING"  # lost its membership: stopping everything, then joins again
     LEAVING = "LEAVING"  # stopping everything, then sends the leave heartbeat
-    LEFT = "LEFT"  # the leave was answered (or given up): the agent may exit
+    STOPPING = "STOPPING"  # a fatal error: stopping everything, then the agent exits
+    LEFT = "LEFT"  # the leave was answered (or given up), or a fatal error: the agent may exit
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +131,8 @@ class Membership:
     session_timeout_ms: int = 0
     #: When the request of the last successful response was sent (the self-fencing clock).
     last_success_sent_ms: int | None = None
+    #: Why the agent must exit without rejoining (FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR).
+    fatal: str | None = None
     notices: list[Notice] = field(default_factory=list)
 
     _next_heartbeat_ms: int = 0
@@ -139,6 +140,7 @@ class Membership:
     _in_flight_sent_ms: int = 0
     _full_next: bool = True
     _last_sent: HeartbeatRequest | None = None
+    _last_reported_owned: ResourceSet | None = None
     _failures: int = 0
     _stopping: StopWork | None = None
     _starting: StartWork | None = None
@@ -181,12 +183,16 @@ class Membership:
             self._in_flight = request
             self._in_flight_sent_ms = now_ms
             self._last_sent = request
+            if request.owned is not None:
+                self._last_reported_owned = request.owned
             actions.append(SendHeartbeat(request))
         return actions
 
     def next_wakeup_ms(self) -> int:
         """When `poll` may have something new to do, absent any report (for the runtime's sleep)."""
-        times = [self._next_heartbeat_ms]
+        times = [self.now_ms + max(self.heartbeat_interval_ms, MIN_RETRY_BACKOFF_MS)]
+        if not self._heartbeat_blocked():
+            times.append(self._next_heartbeat_ms)
         if self.phase is Phase.MEMBER and self.owned and self.last_success_sent_ms is not None:
             times.append(self._fence_at())
         return max(self.now_ms, min(times))
@@ -220,6 +226,8 @@ class Membership:
             self._on_success(sent, sent_ms, resp)
         elif code in REJOIN_ERRORS:
             self._lose_membership(f"{code.name}: {resp.error_message}")
+        elif code in FATAL_ERRORS:
+            self._fatal(f"{code.name}: {resp.error_message}")
         elif code in FIND_COORDINATOR_ERRORS:
             self._find_requested = f"{code.name}: {resp.error_message}"
             self._retry_later(f"{code.name}: {resp.error_message}", level="info")
@@ -277,7 +285,7 @@ class Membership:
     # --- internals -----------------------------------------------------------------------
 
     def _to_stop(self) -> ResourceSet:
-        if self.phase in (Phase.REJOINING, Phase.LEAVING, Phase.LEFT):
+        if self.phase in (Phase.REJOINING, Phase.LEAVING, Phase.STOPPING, Phase.LEFT):
             return self.running
         if self._eager_restart:
             return self.running
@@ -286,6 +294,8 @@ class Membership:
     def _stop_reason(self) -> str:
         if self.phase is Phase.REJOINING:
             return "membership lost"
+        if self.phase is Phase.STOPPING:
+            return "fatal error"
         if self.phase in (Phase.LEAVING, Phase.LEFT):
             return "leaving"
         if self._eager_restart:
@@ -327,6 +337,16 @@ class Membership:
         self._failures = 0
         self._next_heartbeat_ms = self.now_ms
 
+    def _fatal(self, why: str) -> None:
+        self.notices.append(Notice("error", f"cannot stay in the group ({why}); stopping all work"))
+        self.fatal = why
+        self.phase = Phase.STOPPING
+        self.epoch = JOIN_EPOCH
+        self.assigned = EMPTY
+        self.last_success_sent_ms = None
+        self._compute_requested = False
+        self._eager_restart = False
+
     def _retry_later(self, why: str, level: str = "warning") -> None:
         self._failures += 1
         self._full_next = True
@@ -338,14 +358,22 @@ class Membership:
         self._next_heartbeat_ms = self.now_ms + max(MIN_RETRY_BACKOFF_MS, backoff)
         self.notices.append(Notice(level, f"{why} (attempt {self._failures})"))
 
-    def _heartbeat_due(self) -> HeartbeatRequest | None:
+    def _heartbeat_blocked(self) -> bool:
+        """Whether only a report (an answer, a stop, a lookup) can make a heartbeat due."""
         if self._in_flight is not None or self._finding or self.phase is Phase.LEFT:
+            return True
+        if self.phase is Phase.STOPPING:
+            return bool(self.owned)
+        # Stop first, then rejoin or leave.
+        return self.phase in (Phase.REJOINING, Phase.LEAVING) and bool(self.owned)
+
+    def _heartbeat_due(self) -> HeartbeatRequest | None:
+        if self._heartbeat_blocked():
+            return None
+        if self.phase is Phase.STOPPING:
+            self.phase = Phase.LEFT  # everything stopped: nothing more to say
             return None
         if self.now_ms < self._next_heartbeat_ms:
-            return None
-        if self._stopping is not None and self.phase is not Phase.MEMBER:
-            return None  # stop first, then rejoin or leave
-        if self.phase in (Phase.REJOINING, Phase.LEAVING) and self.owned:
             return None
         if self.phase is Phase.REJOINING:
             self.phase = Phase.JOINING
@@ -381,7 +409,7 @@ class Membership:
             c.group_id,
             c.member_id,
             self.epoch,
-            owned=owned if owned != self._last_sent.owned else None,
+            owned=owned if owned != self._last_reported_owned else None,
         )
 
     def _on_success(self, sent: HeartbeatRequest, sent_ms: int, resp: HeartbeatResponse) -> None:
@@ -410,10 +438,12 @@ class Membership:
             self._eager_on_answer(sent, previous_epoch, new_assignment)
         if new_assignment is not None:
             self.assigned = new_assignment
-        if resp.error_code is ErrorCode.COMPUTE_ASSIGNMENT:
-            self._compute_requested = True
-        if self.owned - self.assigned:
-            self._next_heartbeat_ms = self.now_ms  # acknowledge as soon as it is stopped
+        if resp.error_code is ErrorCode.COMPUTE_ASSIGNMENT and not self._computing:
+            self._compute_requested = True  # (repeats while computing are not replayed)
+        if self.owned != self._last_reported_owned:
+            # What it runs changed while this heartbeat was on its way (a stop or start
+            # finished): report it at once rather than an interval later.
+            self._next_heartbeat_ms = self.now_ms
 
     def _eager_on_answer(
         self, sent: HeartbeatRequest, previous_epoch: int, new_assignment: ResourceSet | None

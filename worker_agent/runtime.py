@@ -155,6 +155,12 @@ class Agent:
             return self.machine.phase
 
     @property
+    def fatal(self) -> str | None:
+        """Why the agent stopped without being asked to (it must not rejoin as it was)."""
+        with self._lock:
+            return self.machine.fatal
+
+    @property
     def running(self) -> ResourceSet:
         with self._lock:
             return self.machine.running
