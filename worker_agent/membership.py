@@ -37,7 +37,15 @@ FIND_COORDINATOR_ERRORS = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
 )
 #: Errors after which this process must not carry on: stop everything and exit, loudly.
-FATAL_ERRORS = frozenset({ErrorCode.FENCED_INSTANCE_ID, ErrorCode.UNSUPPORTED_ASSIGNOR})
+FATAL_ERRORS = frozenset(
+    {
+        ErrorCode.FENCED_INSTANCE_ID,
+        ErrorCode.UNSUPPORTED_ASSIGNOR,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_GROUP_ID,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    }
+)
 REJOIN_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 
 
@@ -276,7 +284,8 @@ class Membership:
         else:
             self.phase = Phase.LEAVING
         self._compute_requested = False
-        self._next_heartbeat_ms = now_ms
+        if not self.owned:
+            self._next_heartbeat_ms = now_ms  # else: once stopped (keepalives meanwhile)
 
     def give_up_leaving(self) -> None:
         """The leave could not be delivered in time: the session timeout will remove us."""
@@ -364,7 +373,10 @@ class Membership:
             return True
         if self.phase is Phase.STOPPING:
             return bool(self.owned)
-        # Stop first, then rejoin or leave.
+        # Stop first, then rejoin or leave; a member that is leaving keeps heartbeating while
+        # it stops (its session must not expire while it still runs work).
+        if self.phase is Phase.LEAVING and self.epoch > JOIN_EPOCH:
+            return False
         return self.phase in (Phase.REJOINING, Phase.LEAVING) and bool(self.owned)
 
     def _heartbeat_due(self) -> HeartbeatRequest | None:
@@ -381,6 +393,8 @@ class Membership:
             if self.epoch == JOIN_EPOCH:  # never joined, or lost it: nothing to leave
                 self.phase = Phase.LEFT
                 return None
+            if self.owned:
+                return self._member_heartbeat()  # keep the session while stopping
             leave = STATIC_LEAVE_EPOCH if self.config.instance_id else LEAVE_EPOCH
             return HeartbeatRequest(
                 self.config.group_id,
@@ -420,16 +434,14 @@ class Membership:
         if self.phase is Phase.LEAVING and self.epoch == JOIN_EPOCH and sent.member_epoch == 0:
             self.epoch = resp.member_epoch  # joined just before leaving: leave properly
             return
+        if self.phase is Phase.LEAVING and sent.member_epoch > JOIN_EPOCH:
+            # A keepalive while stopping before the leave: keep the session, take nothing new.
+            self._refresh_session(sent_ms, resp)
+            self.epoch = resp.member_epoch
+            return
         if self.phase is not Phase.JOINING and self.phase is not Phase.MEMBER:
             return  # an answer that arrived after we decided to leave or rejoin: ignore it
-        self._failures = 0
-        self._full_next = False
-        self.last_success_sent_ms = sent_ms
-        if resp.heartbeat_interval_ms > 0:
-            self.heartbeat_interval_ms = resp.heartbeat_interval_ms
-        if resp.session_timeout_ms > 0:
-            self.session_timeout_ms = resp.session_timeout_ms
-        self._next_heartbeat_ms = self.now_ms + self.heartbeat_interval_ms
+        self._refresh_session(sent_ms, resp)
         previous_epoch = self.epoch
         self.phase = Phase.MEMBER
         self.epoch = resp.member_epoch
@@ -440,6 +452,16 @@ class Membership:
             self.assigned = new_assignment
         if resp.error_code is ErrorCode.COMPUTE_ASSIGNMENT and not self._computing:
             self._compute_requested = True  # (repeats while computing are not replayed)
+
+    def _refresh_session(self, sent_ms: int, resp: HeartbeatResponse) -> None:
+        self._failures = 0
+        self._full_next = False
+        self.last_success_sent_ms = sent_ms
+        if resp.heartbeat_interval_ms > 0:
+            self.heartbeat_interval_ms = resp.heartbeat_interval_ms
+        if resp.session_timeout_ms > 0:
+            self.session_timeout_ms = resp.session_timeout_ms
+        self._next_heartbeat_ms = self.now_ms + self.heartbeat_interval_ms
         if self.owned != self._last_reported_owned:
             # What it runs changed while this heartbeat was on its way (a stop or start
             # finished): report it at once rather than an interval later.
