@@ -110,8 +110,10 @@ def _add_serve(sub: Any) -> None:
     p.add_argument(
         "--lease-ms",
         type=int,
-        default=_env("LEASE_MS", 10_000),
-        help="length of a group ownership lease; renewed every third of it (LEASE_MS)",
+        default=_env("LEASE_MS", 5_000),
+        help="length of a group ownership lease; renewed every third of it. Keep it well "
+        "under the session timeout minus two heartbeat intervals, so a standby takes a crashed "
+        "owner's groups over before agents fence themselves (LEASE_MS; default 5000)",
     )
     p.add_argument(
         "--metrics-port",
@@ -145,6 +147,7 @@ def serve(args: argparse.Namespace) -> int:
     from .metrics import Metrics
     from .runtime.groups import GroupManager
     from .store import SqlStore
+    from .store.migrate import pending_revision
 
     logs.configure(args.log_level)
     host = args.host
@@ -166,6 +169,12 @@ def serve(args: argparse.Namespace) -> int:
     if not args.no_migrate:
         store.migrate()
         log.info("schema is up to date", extra=logs.fields(event="migrated"))
+    else:
+        problem = pending_revision(args.database_url)
+        if problem is not None:
+            store.close()
+            print(f"coordinator-svc serve: {problem}", file=sys.stderr)
+            return 2
     metrics = Metrics()
     manager = GroupManager(store, defaults, metrics)
     server, port, health = create_server(manager, f"{host}:{args.port}", args.max_workers)
@@ -232,6 +241,30 @@ def _stubs(address: str) -> tuple[Any, Any]:
     return channel, admin_pb2_grpc.ConnectGroupAdminStub(channel)
 
 
+def _call_owner(args: argparse.Namespace, group_id: str, rpc: str, request: Any) -> Any:
+    """Call an admin RPC about one group on the process that owns it: if the process asked
+    answers NOT_COORDINATOR (or is between owners), ask FindCoordinator and go there."""
+    from connect.group.v1 import admin_pb2, admin_pb2_grpc
+
+    address = args.coordinator
+    resp: Any = None
+    for attempt in range(4):
+        channel, admin = _stubs(address)
+        with channel:
+            resp = getattr(admin, rpc)(request, timeout=args.timeout)
+            code = resp.groups[0].error_code if rpc == "DescribeGroups" else resp.error_code
+            if code not in (15, 16):  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+                return resp
+            if code == 15:
+                time.sleep(0.2 * (attempt + 1))
+            found = admin_pb2_grpc.ConnectGroupAdminStub(channel).FindCoordinator(
+                admin_pb2.FindCoordinatorRequest(group_id=group_id), timeout=args.timeout
+            )
+            if found.error_code == 0 and found.host:
+                address = f"{found.host}:{found.port}"
+    return resp
+
+
 def _check(resp: Any) -> int:
     if resp.error_code != 0:
         from connect.group.v1 import common_pb2
@@ -247,33 +280,20 @@ def describe(args: argparse.Namespace) -> int:
 
     from .describe_view import render_group
 
-    channel, admin = _stubs(args.coordinator)
-    with channel:
-        resp = admin.DescribeGroups(
-            admin_pb2.DescribeGroupsRequest(group_ids=args.groups), timeout=args.timeout
-        )
-        status = 0
-        for group in resp.groups:
-            if group.error_code == 16 and args.follow:  # NOT_COORDINATOR: ask its owner
-                found = admin.FindCoordinator(
-                    admin_pb2.FindCoordinatorRequest(group_id=group.group_id)
-                )
-                with _stubs(f"{found.host}:{found.port}")[0] as other:
-                    from connect.group.v1 import admin_pb2_grpc
-
-                    group = (
-                        admin_pb2_grpc.ConnectGroupAdminStub(other)
-                        .DescribeGroups(
-                            admin_pb2.DescribeGroupsRequest(group_ids=[group.group_id]),
-                            timeout=args.timeout,
-                        )
-                        .groups[0]
-                    )
-            if group.error_code != 0:
-                status |= _check(group)
-                continue
-            print(render_group(group, now_ms=int(time.time() * 1000)))
-        return status
+    status = 0
+    for group_id in args.groups:
+        request = admin_pb2.DescribeGroupsRequest(group_ids=[group_id])
+        if args.follow:
+            group = _call_owner(args, group_id, "DescribeGroups", request).groups[0]
+        else:
+            channel, admin = _stubs(args.coordinator)
+            with channel:
+                group = admin.DescribeGroups(request, timeout=args.timeout).groups[0]
+        if group.error_code != 0:
+            status |= _check(group)
+            continue
+        print(render_group(group, now_ms=int(time.time() * 1000)))
+    return status
 
 
 def list_groups(args: argparse.Namespace) -> int:
@@ -294,36 +314,36 @@ def put_connector_cmd(args: argparse.Namespace) -> int:
     from connect.group.v1 import admin_pb2
 
     config = dict(item.split("=", 1) for item in args.config)
-    channel, admin = _stubs(args.coordinator)
-    with channel:
-        resp = admin.PutConnector(
-            admin_pb2.PutConnectorRequest(
-                group_id=args.group, connector=args.connector, task_count=args.tasks, config=config
-            ),
-            timeout=args.timeout,
-        )
-        if _check(resp):
-            return 1
-        print(
-            f"connector {args.connector}: {'created' if resp.created else 'updated'}; "
-            f"group epoch {resp.group_epoch}"
-            f"{' (rebalance triggered)' if resp.rebalance_triggered else ''}"
-        )
+    resp = _call_owner(
+        args,
+        args.group,
+        "PutConnector",
+        admin_pb2.PutConnectorRequest(
+            group_id=args.group, connector=args.connector, task_count=args.tasks, config=config
+        ),
+    )
+    if _check(resp):
+        return 1
+    print(
+        f"connector {args.connector}: {'created' if resp.created else 'updated'}; "
+        f"group epoch {resp.group_epoch}"
+        f"{' (rebalance triggered)' if resp.rebalance_triggered else ''}"
+    )
     return 0
 
 
 def delete_connector_cmd(args: argparse.Namespace) -> int:
     from connect.group.v1 import admin_pb2
 
-    channel, admin = _stubs(args.coordinator)
-    with channel:
-        resp = admin.DeleteConnector(
-            admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.connector),
-            timeout=args.timeout,
-        )
-        if _check(resp):
-            return 1
-        print(f"connector {args.connector} deleted; group epoch {resp.group_epoch}")
+    resp = _call_owner(
+        args,
+        args.group,
+        "DeleteConnector",
+        admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.connector),
+    )
+    if _check(resp):
+        return 1
+    print(f"connector {args.connector} deleted; group epoch {resp.group_epoch}")
     return 0
 
 
@@ -331,16 +351,16 @@ def alter_configs_cmd(args: argparse.Namespace) -> int:
     from connect.group.v1 import admin_pb2
 
     updates = dict(item.split("=", 1) for item in args.set)
-    channel, admin = _stubs(args.coordinator)
-    with channel:
-        resp = admin.AlterGroupConfigs(
-            admin_pb2.AlterGroupConfigsRequest(group_id=args.group, set=updates, unset=args.unset),
-            timeout=args.timeout,
-        )
-        if _check(resp):
-            return 1
-        for key, value in sorted(resp.effective_configs.items()):
-            print(f"{key}={value}")
+    resp = _call_owner(
+        args,
+        args.group,
+        "AlterGroupConfigs",
+        admin_pb2.AlterGroupConfigsRequest(group_id=args.group, set=updates, unset=args.unset),
+    )
+    if _check(resp):
+        return 1
+    for key, value in sorted(resp.effective_configs.items()):
+        print(f"{key}={value}")
     return 0
 
 

@@ -217,8 +217,12 @@ class Agent:
                 if m.phase is Phase.LEFT and not actions:
                     return
                 wake_at = m.next_wakeup_ms()
-            for action in actions:
-                self._dispatch(action)
+            if actions:
+                # A heartbeat's answer is handled inside its dispatch: poll again at once, so
+                # that what it asks for (stop, start, compute) is not left for the next wake-up.
+                for action in actions:
+                    self._dispatch(action)
+                continue
             delay_ms = max(0, wake_at - self._clock_ms())
             if delay_ms > 0:
                 self._wake.wait(timeout=delay_ms / 1000)

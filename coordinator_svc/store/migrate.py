@@ -10,8 +10,11 @@ from __future__ import annotations
 from argparse import Namespace
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, make_url
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # coordinator_svc/
@@ -50,3 +53,19 @@ def upgrade_to_head(url: str | URL) -> None:
     """`alembic upgrade head` against `url` (safe to run from several processes at once on
     PostgreSQL: env.py serialises them with an advisory lock)."""
     command.upgrade(alembic_config(url), "head")
+
+
+def pending_revision(url: str | URL) -> str | None:
+    """None if the database's schema is at head; else a sentence saying where it is."""
+    config = alembic_config(url)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    engine = sa.create_engine(normalize_url(url))
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+    if current == head:
+        return None
+    where = "not migrated at all" if current is None else f"at revision {current}"
+    return f"the database schema is {where}, not at {head}: run `coordinator-svc migrate` first"

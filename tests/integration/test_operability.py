@@ -189,3 +189,10 @@ def test_health_reflection_metrics_logs_describe_and_graceful_shutdown(
     finally:
         stubs.close()
         proc.close()
+
+
+def test_serve_no_migrate_refuses_a_database_that_was_never_migrated(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    proc = cli("serve", "--no-migrate", "--database-url", f"sqlite:///{db}", "--port", "0")
+    assert proc.returncode == 2, proc.stderr
+    assert "not migrated at all" in proc.stderr and "coordinator-svc migrate" in proc.stderr

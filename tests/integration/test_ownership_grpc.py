@@ -702,3 +702,28 @@ def test_asking_about_a_group_that_does_not_exist_leases_nothing(
     assert find(p2.stubs, "ghost") == p2.address
     assert observer.holder("ghost") is None
     assert observer.group_ids() == []
+
+
+def test_operator_commands_follow_not_coordinator_to_the_owner(
+    start_node: StartNode, observer: SqlStore
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.coordinator import REPO
+
+    p1, p2 = start_node(), start_node()
+    assert put_connector(p1.stubs, GROUP, "A", 1).error_code == 0  # p1 owns the group
+    env = {"PYTHONPATH": f"{REPO}:{REPO / 'generated'}", "PATH": "/usr/bin:/bin"}
+    base = [sys.executable, "-m", "coordinator_svc.cli"]
+    for args in (
+        ["put-connector", "--coordinator", p2.address, "--tasks", "2", GROUP, "B"],
+        ["alter-configs", "--coordinator", p2.address, GROUP, "--set", "session.timeout.ms=4000"],
+        ["delete-connector", "--coordinator", p2.address, GROUP, "A"],
+        ["describe", "--coordinator", p2.address, GROUP],
+    ):
+        done = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (args, done.stderr)
+    state = observer.load_group(GROUP)
+    assert state is not None
+    assert sorted(state.catalogue) == ["B"] and state.configs["session.timeout.ms"] == "4000"
