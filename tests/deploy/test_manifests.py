@@ -1,0 +1,684 @@
+"""The Kubernetes manifests (deploy/k8s): every overlay renders with `kubectl kustomize`, every
+object validates offline against the Kubernetes schemas (`kubernetes-validate --strict`), and the
+objects are wired to each other and to the programs they run: probes, Services, selectors, the
+agent's coordinator address, Secrets and ConfigMaps, environment variables each program reads,
+the audit CronJob's command line, and the Dockerfile that builds the image."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from coordinator_svc.grpc_api.server import ADMIN_SERVICE, COORDINATOR_SERVICE
+from tests.deploy.conftest import PROD_WITH_WORKERS
+from tests.deploy.k8s import (
+    REPO,
+    Obj,
+    PodFacts,
+    PodTemplate,
+    Rendered,
+    argv,
+    container_env,
+    container_ports,
+    labels_match,
+    load_example_secret,
+    overlay_names,
+    secret_data,
+)
+
+OVERLAYS = overlay_names()
+# Every overlay, plus prod with the sample worker component added the way README says.
+ALL = [*OVERLAYS, PROD_WITH_WORKERS]
+# The oldest Kubernetes the manifests support (README) and the newest schemas installed.
+K8S_VERSIONS = ("1.28.0", None)
+BIN = Path(sys.executable).parent
+IMAGE = "connect-group-coordinator"  # the image name in the base, which overlays retarget
+
+COORDINATOR = ("coordinator-svc", "serve")
+AGENT = ("worker-agent", "run")
+SAMPLE_WORKER = ("python", "-m", "worker_agent.sample_worker")
+AUDIT_EXPORT = ("coordinator-audit-export",)
+MIGRATE = ("coordinator-svc", "migrate")
+
+
+def test_the_overlays_are_dev_and_prod_at_least() -> None:
+    assert {"dev", "prod"} <= set(OVERLAYS), OVERLAYS
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS, ids=lambda v: v or "latest")
+@pytest.mark.parametrize("overlay", ALL)
+def test_every_object_validates_offline_against_the_kubernetes_schemas(
+    rendered: dict[str, Rendered], overlay: str, version: str | None, tmp_path: Path
+) -> None:
+    r = rendered[overlay]
+    path = tmp_path / f"{overlay}.yaml"
+    path.write_text(r.text)
+    tool = BIN / "kubernetes-validate"
+    assert tool.exists(), f"{tool} missing: `pip install -e '.[dev]'` installs kubernetes-validate"
+    cmd = [str(tool), "--strict", *(["-k", version] if version else []), str(path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    passed = re.findall(r"passed for resource (\S+)", output)
+    # Every object was checked against a schema (none skipped as unknown).
+    assert len(passed) == len(r.objects), output
+    assert len(r.objects) >= 12
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_coordinator_runs_two_or_more_replicas_each_advertising_its_own_pod_ip(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    [(template, container)] = r.pods_running(*COORDINATOR)
+    owner = template.owner
+    assert owner["kind"] == "Deployment"
+    assert owner["spec"]["replicas"] >= 2
+    ns = template.namespace
+    env = _env_without_secrets(r, container, ns)
+    grpc_port = container_ports(container)["grpc"]
+    # The Downward API: each pod names itself, so NOT_COORDINATOR points at the owning pod.
+    assert env["COORDINATOR_ADVERTISED_ADDRESS"] == f"10.1.2.3:{grpc_port}"
+    assert env["COORDINATOR_PORT"] == str(grpc_port)
+    assert env["COORDINATOR_NODE_ID"] == "coordinator-abc"
+    downward = {e["name"]: e.get("valueFrom", {}).get("fieldRef") for e in container["env"]}
+    assert downward["POD_IP"] == {"fieldPath": "status.podIP"}
+    assert downward["POD_NAME"] == {"fieldPath": "metadata.name"}
+    # A takeover must be quicker than the agents' self-fencing (session timeout minus the larger
+    # of the heartbeat interval and a fifth of it), so workers carry on through it.
+    session, heartbeat = int(env["SESSION_TIMEOUT_MS"]), int(env["HEARTBEAT_INTERVAL_MS"])
+    fence_after = session - max(heartbeat, session // 5)
+    assert int(env["LEASE_MS"]) + 2 * heartbeat <= fence_after, env
+    # Two Services: the one clients dial, and a headless one for reaching a named pod.
+    service = r.get("Service", "coordinator", ns)
+    headless = r.get("Service", "coordinator-headless", ns)
+    assert service["spec"].get("clusterIP") != "None"
+    assert headless["spec"]["clusterIP"] == "None"
+    assert template.spec["subdomain"] == "coordinator-headless"
+    assert labels_match(headless["spec"]["selector"], template.labels)
+
+
+def _env_without_secrets(r: Rendered, container: Obj, ns: str) -> dict[str, str]:
+    """The environment when the overlay leaves the Secret to the operator: the example's."""
+    example = load_example_secret()
+    secrets = {example["metadata"]["name"]: secret_data(example), **r.secrets(ns)}
+    return container_env(
+        container, PodFacts("coordinator-abc", ns, "10.1.2.3"), r.configmaps(ns), secrets
+    )
+
+
+def _probes(container: Obj) -> list[tuple[str, Obj]]:
+    return [
+        (kind, container[kind])
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe")
+        if kind in container
+    ]
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_probes_point_at_ports_their_containers_expose(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    checked = 0
+    for template in rendered[overlay].pod_templates():
+        for container in template.containers:
+            ports = container_ports(container)
+            for kind, probe in _probes(container):
+                where = f"{template.owner_ref} {container['name']} {kind}"
+                if "grpc" in probe:
+                    port = probe["grpc"]["port"]
+                    assert isinstance(port, int) and port in ports, where
+                elif "httpGet" in probe or "tcpSocket" in probe:
+                    port = (probe.get("httpGet") or probe["tcpSocket"])["port"]
+                    assert port in ports, f"{where}: port {port!r} not in {sorted(map(str, ports))}"
+                else:
+                    assert "exec" in probe, where
+                checked += 1
+    assert checked >= 3
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_coordinator_probes_are_native_grpc_health_checks_of_services_it_serves(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    [(_template, container)] = rendered[overlay].pods_running(*COORDINATOR)
+    probes = dict(_probes(container))
+    assert {"readinessProbe", "livenessProbe"} <= set(probes)
+    for kind, probe in probes.items():
+        assert "grpc" in probe, f"{kind} is not a native gRPC probe"
+        # The health service answers for "" (the server) and each of the two services.
+        assert probe["grpc"].get("service", "") in ("", COORDINATOR_SERVICE, ADMIN_SERVICE)
+        assert probe["grpc"]["port"] == container_ports(container)["grpc"]
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_services_select_pods_that_exist_and_target_ports_they_expose(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    services = r.all("Service")
+    assert services
+    for service in services:
+        name, ns = service["metadata"]["name"], service["metadata"].get("namespace", "default")
+        selector = service["spec"].get("selector")
+        assert selector, f"Service {name} selects nothing"
+        selected = [
+            t for t in r.pod_templates() if t.namespace == ns and labels_match(selector, t.labels)
+        ]
+        assert selected, f"Service {name} selects no pod template"
+        assert not any(t.owner["kind"] in ("Job", "CronJob") for t in selected), name
+        for port in service["spec"]["ports"]:
+            target = port.get("targetPort", port["port"])
+            for t in selected:
+                exposed = [container_ports(c) for c in t.containers]
+                assert any(target in p for p in exposed), (
+                    f"Service {name} port {port['port']}: no container of {t.owner_ref} "
+                    f"exposes {target!r}"
+                )
+    for sts in r.all("StatefulSet"):
+        governing = r.get("Service", sts["spec"]["serviceName"], sts["metadata"]["namespace"])
+        assert governing["spec"]["clusterIP"] == "None"
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_workload_and_disruption_budget_selectors_match_their_pods(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    templates = r.pod_templates()
+    for t in templates:
+        if t.owner["kind"] in ("Deployment", "StatefulSet"):
+            assert labels_match(t.owner["spec"]["selector"], t.labels), t.owner_ref
+        if any(IMAGE in c["image"] for c in t.containers):
+            assert t.spec.get("serviceAccountName"), f"{t.owner_ref} runs as the default SA"
+        name = t.spec.get("serviceAccountName")
+        if name:
+            assert r.find("ServiceAccount", name, t.namespace), f"{t.owner_ref}: no SA {name}"
+    pdbs = r.all("PodDisruptionBudget")
+    for pdb in pdbs:
+        ns = pdb["metadata"]["namespace"]
+        selected = [
+            t
+            for t in templates
+            if t.namespace == ns and labels_match(pdb["spec"]["selector"], t.labels)
+        ]
+        assert len(selected) == 1, f"PDB {pdb['metadata']['name']} selects {len(selected)}"
+        assert selected[0].owner["kind"] in ("Deployment", "StatefulSet")
+    covered = {
+        t.owner_ref
+        for t in templates
+        for pdb in pdbs
+        if labels_match(pdb["spec"]["selector"], t.labels)
+    }
+    for template, _ in r.pods_running(*COORDINATOR) + r.pods_running(*AGENT):
+        assert template.owner_ref in covered, f"{template.owner_ref} has no PodDisruptionBudget"
+
+
+def _agent_coordinators(r: Rendered) -> list[tuple[PodTemplate, list[str]]]:
+    out = []
+    for template, container in r.pods_running(*AGENT):
+        ns = template.namespace
+        env = container_env(
+            container, PodFacts("connect-worker-0", ns, "10.0.0.9"), r.configmaps(ns), r.secrets(ns)
+        )
+        value = env.get("WORKER_AGENT_COORDINATOR", "127.0.0.1:9093")
+        args = argv(container)
+        if "--coordinator" in args:
+            value = args[args.index("--coordinator") + 1]
+        out.append((template, [a.strip() for a in value.split(",") if a.strip()]))
+    return out
+
+
+def resolve_service(r: Rendered, address: str, client_ns: str) -> tuple[Obj, Obj]:
+    """The Service and its port that `host:port` names from a pod in `client_ns` (cluster DNS:
+    name, name.ns, name.ns.svc, name.ns.svc.cluster.local)."""
+    host, _, port = address.rpartition(":")
+    parts = host.split(".")
+    name, ns = parts[0], parts[1] if len(parts) > 1 else client_ns
+    assert len(parts) <= 2 or parts[2:] in (["svc"], ["svc", "cluster", "local"]), address
+    service = r.find("Service", name, ns)
+    assert service is not None, f"{address}: no Service {name} in namespace {ns}"
+    [service_port] = [p for p in service["spec"]["ports"] if str(p["port"]) == port]
+    return service, service_port
+
+
+@pytest.mark.parametrize("overlay", ["dev", PROD_WITH_WORKERS])
+def test_worker_sidecar_coordinator_address_resolves_to_the_coordinator_service(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    agents = _agent_coordinators(r)
+    assert agents, f"{overlay} runs no worker-agent"
+    [(coordinator, coordinator_container)] = r.pods_running(*COORDINATOR)
+    for template, addresses in agents:
+        assert addresses
+        for address in addresses:
+            service, port = resolve_service(r, address, template.namespace)
+            assert service["metadata"]["namespace"] == coordinator.namespace
+            assert labels_match(service["spec"]["selector"], coordinator.labels), address
+            target = port.get("targetPort", port["port"])
+            grpc = container_ports(coordinator_container)["grpc"]
+            assert container_ports(coordinator_container)[target] == grpc, address
+            # ... and the coordinator's NetworkPolicy lets this worker in on that port.
+            assert _admitted(r, coordinator, template, grpc), (
+                f"{template.owner_ref} may not reach the coordinator on {grpc}"
+            )
+
+
+def _admitted(r: Rendered, server: PodTemplate, client: PodTemplate, port: int) -> bool:
+    """Whether the NetworkPolicies that select `server` let `client` pods in on `port`."""
+    server_ports = {k: v for c in server.containers for k, v in container_ports(c).items()}
+    policies = [
+        p
+        for p in r.all("NetworkPolicy")
+        if p["metadata"]["namespace"] == server.namespace
+        and labels_match(p["spec"]["podSelector"], server.labels)
+        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+    ]
+    if not policies:
+        return True
+    for policy in policies:
+        for rule in policy["spec"].get("ingress") or []:
+            ports = [server_ports.get(p["port"]) for p in rule.get("ports") or []]
+            if rule.get("ports") and port not in ports:
+                continue
+            for peer in rule.get("from") or []:
+                if "podSelector" not in peer:
+                    continue
+                same_ns = client.namespace == server.namespace
+                ns_ok = (
+                    "namespaceSelector" in peer
+                    and labels_match(
+                        peer["namespaceSelector"], {"kubernetes.io/metadata.name": client.namespace}
+                    )
+                ) or ("namespaceSelector" not in peer and same_ns)
+                if ns_ok and labels_match(peer["podSelector"], client.labels):
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy_admits_workers_admin_clients_and_the_scraper_only(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    [(coordinator, container)] = r.pods_running(*COORDINATOR)
+    ports = container_ports(container)
+    ns = coordinator.namespace
+
+    def pod(labels: dict[str, str], namespace: str = ns) -> PodTemplate:
+        return PodTemplate(
+            {"kind": "Pod", "metadata": {"name": "x"}}, namespace, {"labels": labels}, {}
+        )
+
+    worker = pod({"connect-coordinator/client": "worker"}, "elsewhere")
+    admin = pod({"connect-coordinator/client": "admin"})
+    stranger = pod({"app": "something-else"})
+    scraper = pod({"app.kubernetes.io/name": "prometheus"}, "monitoring")
+    assert _admitted(r, coordinator, worker, ports["grpc"])
+    assert _admitted(r, coordinator, admin, ports["grpc"])
+    assert not _admitted(r, coordinator, stranger, ports["grpc"])
+    assert not _admitted(r, coordinator, worker, ports["metrics"])
+    assert _admitted(r, coordinator, scraper, ports["metrics"])
+    assert not _admitted(r, coordinator, scraper, ports["grpc"])
+    assert not _admitted(
+        r, coordinator, pod({"app.kubernetes.io/name": "prometheus"}), ports["metrics"]
+    )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_prometheus_annotations_name_the_metrics_port_the_coordinator_serves(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    [(template, container)] = r.pods_running(*COORDINATOR)
+    annotations = template.metadata.get("annotations") or {}
+    assert annotations.get("prometheus.io/scrape") == "true"
+    assert annotations.get("prometheus.io/path") == "/metrics"
+    port = int(annotations["prometheus.io/port"])
+    assert container_ports(container)["metrics"] == port
+    env = _env_without_secrets(r, container, template.namespace)
+    assert env["METRICS_PORT"] == str(port)
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_secret_and_configmap_keys_used_exist(rendered: dict[str, Rendered], overlay: str) -> None:
+    """Secrets the overlay renders must hold the keys used; one it leaves to the operator must be
+    the example Secret (deploy/k8s/examples), which holds them."""
+    r = rendered[overlay]
+    example = load_example_secret()
+    used = 0
+    for template in r.pod_templates():
+        ns = template.namespace
+        secrets = r.secrets(ns)
+        if example["metadata"]["name"] not in secrets:
+            secrets[example["metadata"]["name"]] = secret_data(example)
+        for container in template.containers:
+            # container_env fails on any missing ConfigMap, Secret or key.
+            env = container_env(
+                container, PodFacts("p-0", ns, "10.0.0.1"), r.configmaps(ns), secrets
+            )
+            used += len(env)
+        for volume in template.spec.get("volumes") or []:
+            if "configMap" in volume:
+                assert volume["configMap"]["name"] in r.configmaps(ns)
+            if "secret" in volume:
+                assert volume["secret"]["secretName"] in secrets
+            if "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"]["claimName"]
+                assert r.find("PersistentVolumeClaim", claim, ns), claim
+    assert used
+    # The database URL reaches the coordinator, the migration and the audit export.
+    for command in (COORDINATOR, MIGRATE, AUDIT_EXPORT):
+        [(_t, container)] = r.pods_running(*command)
+        [ref] = [
+            e["valueFrom"]["secretKeyRef"] for e in container["env"] if e["name"] == "DATABASE_URL"
+        ]
+        assert ref["key"] in secret_data(example), ref
+
+
+def test_the_example_secret_is_a_database_url_the_coordinator_accepts() -> None:
+    from coordinator_svc.store.migrate import normalize_url
+
+    url = secret_data(load_example_secret())["database-url"]
+    assert normalize_url(url).drivername == "postgresql+psycopg"
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_every_container_of_the_image_is_non_root_read_only_and_bounded(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    uid = _dockerfile_uid()
+    ours = 0
+    for template in r.pod_templates():
+        pod_sc = template.spec.get("securityContext") or {}
+        for container in template.containers:
+            resources = container.get("resources") or {}
+            where = f"{template.owner_ref} {container['name']}"
+            assert {"cpu", "memory"} <= set(resources.get("requests", {})), where
+            assert "memory" in resources.get("limits", {}), where
+            if IMAGE not in container["image"]:
+                continue
+            ours += 1
+            sc = container.get("securityContext") or {}
+            assert pod_sc.get("runAsNonRoot") is True, where
+            assert pod_sc.get("runAsUser") == uid, where
+            assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", where
+            assert sc.get("readOnlyRootFilesystem") is True, where
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+        assert template.spec.get("automountServiceAccountToken") is False, template.owner_ref
+    assert ours >= 3
+
+
+@pytest.mark.parametrize("overlay", ["dev", PROD_WITH_WORKERS])
+def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_grace(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    [(template, agent)] = r.pods_running(*AGENT)
+    [(same, worker)] = r.pods_running(*SAMPLE_WORKER)
+    assert same.owner_ref == template.owner_ref
+    assert template.owner["kind"] == "StatefulSet"
+    ns = template.namespace
+    env = container_env(
+        agent, PodFacts("connect-worker-2", ns, "10.0.0.7"), r.configmaps(ns), r.secrets(ns)
+    )
+    # The pod name, from the Downward API, is the member id and the static instance id.
+    assert env["WORKER_AGENT_MEMBER_ID"] == "connect-worker-2"
+    assert env["WORKER_AGENT_INSTANCE_ID"] == "connect-worker-2"
+    # Readiness: the agent's /ready, on the port its status endpoint listens on, reachable by
+    # the kubelet (not only on the loopback).
+    probe = agent["readinessProbe"]["httpGet"]
+    assert probe["path"] == "/ready"
+    status_port = container_ports(agent)[probe["port"]]
+    assert env["WORKER_AGENT_STATUS_PORT"] == str(status_port)
+    assert env["WORKER_AGENT_STATUS_HOST"] not in ("127.0.0.1", "localhost", "::1")
+    assert agent["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # The sample worker reads the same endpoint over the pod's loopback.
+    worker_env = container_env(
+        worker, PodFacts("connect-worker-2", ns, "10.0.0.7"), r.configmaps(ns), r.secrets(ns)
+    )
+    assert worker_env["SAMPLE_WORKER_STATUS_URL"] == f"http://127.0.0.1:{status_port}"
+    # SIGTERM: the agent stops the work through its listener (a hook gets
+    # WORKER_AGENT_HOOK_TIMEOUT_S per try) and delivers its leave (within 10 s).
+    grace = template.spec["terminationGracePeriodSeconds"]
+    assert grace >= float(env.get("WORKER_AGENT_HOOK_TIMEOUT_S", 30)) + 10 + 5
+    # A rolling restart must be back before the coordinator's session timeout expires the
+    # departed static member (the coordinator's config, which the agent learns from it).
+    [(coordinator, container)] = r.pods_running(*COORDINATOR)
+    coordinator_env = _env_without_secrets(r, container, coordinator.namespace)
+    assert int(coordinator_env["SESSION_TIMEOUT_MS"]) >= 10_000
+    # One worker at a time.
+    [pdb] = [
+        p
+        for p in r.all("PodDisruptionBudget")
+        if labels_match(p["spec"]["selector"], template.labels)
+    ]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert template.owner["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+
+
+@cache
+def _help(*command: str) -> str:
+    """`command --help`, run from this environment's bin directory (the image's /opt/venv/bin)."""
+    exe = sys.executable if command[0] == "python" else str(BIN / command[0])
+    done = subprocess.run(
+        [exe, *command[1:], "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(BIN), "COLUMNS": "100"},
+    )
+    assert done.returncode == 0, f"{command} --help failed: {done.stderr}"
+    return done.stdout
+
+
+def _options(help_text: str) -> set[str]:
+    out: set[str] = set()
+    for line in help_text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("-"):
+            out.update(t.rstrip(",") for t in stripped.split() if t.startswith("--"))
+    return out
+
+
+# Read by something other than the program (the image, the JVM, Spark's launcher).
+NOT_FOR_THE_PROGRAM = {"HOME", "SPARK_LOCAL_IP"}
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_every_variable_and_flag_given_to_a_program_is_one_it_reads(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    """A misspelt variable would be ignored silently: each one must appear in `--help`."""
+    r = rendered[overlay]
+    others = {"WORKER_AGENT_": "SAMPLE_WORKER_", "SAMPLE_WORKER_": "WORKER_AGENT_"}
+    for command in (COORDINATOR, MIGRATE, AGENT, SAMPLE_WORKER, AUDIT_EXPORT):
+        for template, container in r.pods_running(*command):
+            help_text = _help(*_entry_point(command))
+            ns = template.namespace
+            secrets = {**r.secrets(ns), "coordinator-database": {"database-url": "x"}}
+            env = container_env(
+                container, PodFacts("p-0", ns, "10.0.0.1"), r.configmaps(ns), secrets
+            )
+            helpers = {
+                name
+                for name in env
+                for e in container.get("env") or []
+                if f"$({name})" in str(e.get("value", ""))
+            }
+            for name in set(env) - helpers - NOT_FOR_THE_PROGRAM:
+                if any(name.startswith(o) for p, o in others.items() if p in help_text):
+                    continue  # the sidecar's ConfigMap also carries the worker's settings
+                assert re.search(rf"\b{name}\b", help_text), (
+                    f"{template.owner_ref} {container['name']}: {name} is not read by "
+                    f"{' '.join(command)}"
+                )
+            for flag in [a for a in argv(container)[len(command) :] if a.startswith("--")]:
+                assert flag.split("=")[0] in _options(help_text), (
+                    f"{template.owner_ref}: {flag} is not an option of {' '.join(command)}"
+                )
+
+
+def _entry_point(command: tuple[str, ...]) -> tuple[str, ...]:
+    """How to run `command` here: console scripts from this environment, and for the audit
+    export its declared entry point, or its module while pyproject does not declare it yet."""
+    if command != AUDIT_EXPORT:
+        return command
+    if (BIN / command[0]).exists():
+        return command
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    target = scripts.get(command[0], "audit_export.cli:main")
+    module, _, func = target.partition(":")
+    assert func == "main", target
+    return ("python", "-m", module)
+
+
+def test_the_audit_export_command_is_a_declared_entry_point_or_its_module_is() -> None:
+    """The CronJob runs `coordinator-audit-export`. The image gets it from pyproject's
+    [project.scripts]; until that is declared, its module must at least be the command."""
+    help_text = _help(*_entry_point(AUDIT_EXPORT))
+    assert help_text.startswith("usage: coordinator-audit-export"), help_text[:200]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_audit_cronjob_runs_the_export_locally_into_its_volume(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    [(template, container)] = r.pods_running(*AUDIT_EXPORT)
+    cron = template.owner
+    assert cron["kind"] == "CronJob"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    args = argv(container)
+    output = args[args.index("--output") + 1]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in template.spec["volumes"]}
+    assert output in mounts, f"--output {output} is not a mounted volume"
+    claim = volumes[mounts[output]]["persistentVolumeClaim"]["claimName"]
+    r.get("PersistentVolumeClaim", claim, template.namespace)
+    env = _env_without_secrets(r, container, template.namespace)
+    assert env["AUDIT_EXPORT_MASTER"].startswith("local[")  # Spark in local mode, in the pod
+    # Spark needs a writable scratch directory on a read-only root filesystem.
+    assert "/tmp" in mounts and "emptyDir" in volumes[mounts["/tmp"]]
+    limit = container["resources"]["limits"]["memory"]
+    assert _bytes(limit) > _bytes(env["AUDIT_EXPORT_DRIVER_MEMORY"]) * 1.3, (limit, env)
+
+
+def _bytes(quantity: str) -> float:
+    units = {"k": 1e3, "m": 2**20, "g": 2**30, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", quantity)
+    assert m, quantity
+    return float(m.group(1)) * units.get(m.group(2), 1)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_migration_job_upgrades_the_schema_before_the_rollout(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    r = rendered[overlay]
+    [(template, container)] = r.pods_running(*MIGRATE)
+    assert template.owner["kind"] == "Job"
+    assert template.spec["restartPolicy"] in ("Never", "OnFailure")
+    assert argv(container) == list(MIGRATE)
+    [(_c, coordinator)] = r.pods_running(*COORDINATOR)
+    assert container["image"] == coordinator["image"]
+    # README: `kubectl apply -l app.kubernetes.io/component=migrate` applies the Job alone
+    # before the rollout; what it needs (its ServiceAccount) must carry the same label.
+    selected = {
+        (o["kind"], o["metadata"]["name"])
+        for o in r.objects
+        if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "migrate"
+    }
+    assert selected == {
+        ("Job", template.owner["metadata"]["name"]),
+        ("ServiceAccount", template.spec["serviceAccountName"]),
+    }, selected
+
+
+def test_overlays_set_image_replicas_config_and_resources_without_editing_the_base(
+    rendered: dict[str, Rendered],
+) -> None:
+    dev, prod = rendered["dev"], rendered["prod"]
+    [(dev_t, dev_c)] = dev.pods_running(*COORDINATOR)
+    [(prod_t, prod_c)] = prod.pods_running(*COORDINATOR)
+    assert dev_c["image"] != prod_c["image"]
+    assert "/" in prod_c["image"] and prod_c["image"].endswith(":0.1.0")
+    assert prod_t.owner["spec"]["replicas"] == 3
+    assert dev_c["resources"] != prod_c["resources"]
+    dev_env = dev.configmaps(dev_t.namespace)
+    prod_env = prod.configmaps(prod_t.namespace)
+    [dev_cfg] = [v for k, v in dev_env.items() if k.startswith("coordinator-config-")]
+    [prod_cfg] = [v for k, v in prod_env.items() if k.startswith("coordinator-config-")]
+    assert dev_cfg["SESSION_TIMEOUT_MS"] != prod_cfg["SESSION_TIMEOUT_MS"]
+    assert prod_cfg.get("NO_MIGRATE") == "1" and "NO_MIGRATE" not in dev_cfg
+    assert dev_t.namespace != prod_t.namespace
+    # Every container of every overlay runs the one image the overlay names.
+    for r in (dev, prod):
+        images = {
+            c["image"] for t in r.pod_templates() for c in t.containers if IMAGE in c["image"]
+        }
+        assert len(images) == 1, images
+
+
+# --- the Dockerfile ---------------------------------------------------------------------------
+
+
+def _dockerfile() -> str:
+    return (REPO / "Dockerfile").read_text()
+
+
+def _dockerfile_uid() -> int:
+    users = re.findall(r"^USER\s+(\S+)", _dockerfile(), flags=re.M)
+    assert users, "the Dockerfile sets no USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit(), f"USER {uid}: use a numeric uid so that runAsNonRoot can check it"
+    return int(uid)
+
+
+def test_dockerfile_is_multi_stage_slim_non_root_with_java_and_the_jdbc_jars() -> None:
+    text = _dockerfile()
+    stages = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, flags=re.M | re.I)
+    assert len(stages) >= 2, stages
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.M)
+    assert base and "slim" in base.group(1)
+    final = text[text.rindex("\nFROM ") :]
+    for package in ("libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java", "openjdk-17-jre"):
+        assert package in final, package
+    assert "COPY --from=build" in final
+    assert _dockerfile_uid() != 0
+    # The audit export looks for the jars where those packages put them.
+    source = (REPO / "audit_export" / "source.py").read_text()
+    assert (
+        "/usr/share/java/postgresql.jar" in source and "/usr/share/java/sqlite-jdbc.jar" in source
+    )
+    # Every command the manifests run is checked at build time.
+    for command in (
+        "coordinator-svc serve",
+        "worker-agent run",
+        "worker_agent.sample_worker",
+        "coordinator-audit-export",
+    ):
+        assert command in text, command
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert {".git", ".venv", "tests"} <= set(ignored)
+
+
+def test_dockerfile_copies_every_package_the_wheel_is_built_from() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    wheel = project["tool"]["hatch"]["build"]["targets"]["wheel"]
+    needed = {p.split("/")[0] for p in wheel["packages"]}
+    needed |= {p.split("/")[0] for p in wheel.get("force-include", {})}
+    copied = set(re.findall(r"^COPY\s+(?!--)(\S+)", _dockerfile(), flags=re.M))
+    assert needed <= copied, needed - copied
+    assert project["project"]["readme"] in " ".join(
+        re.findall(r"^COPY .*", _dockerfile(), flags=re.M)
+    )
