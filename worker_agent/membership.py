@@ -169,15 +169,15 @@ class Membership:
         self.now_ms = now_ms
         self._check_self_fence()
         actions: list[Action] = []
+        to_stop = self._to_stop()
+        if to_stop and self._stopping is None:  # first: stopping must never wait for a call
+            reason = self._stop_reason()
+            self._stopping = StopWork(to_stop, self.epoch, reason)
+            actions.append(self._stopping)
         if self._find_requested is not None and not self._finding:
             self._finding = True
             actions.append(FindCoordinator(self._find_requested))
             self._find_requested = None
-        to_stop = self._to_stop()
-        if to_stop and self._stopping is None:
-            reason = self._stop_reason()
-            self._stopping = StopWork(to_stop, self.epoch, reason)
-            actions.append(self._stopping)
         to_start = self._to_start()
         if to_start and self._starting is None and self._stopping is None:
             self._starting = StartWork(to_start, self.epoch)
@@ -317,6 +317,14 @@ class Membership:
         if self._eager_restart:
             return EMPTY
         return self.assigned - self.running
+
+    def fence_deadline_ms(self) -> int | None:
+        """When the agent fences itself unless a heartbeat succeeds first (None: not a member
+        running anything). The runtime caps every call's deadline at it, so that a hanging call
+        cannot delay the fence."""
+        if self.phase is not Phase.MEMBER or self.last_success_sent_ms is None:
+            return None
+        return self._fence_at()
 
     def _fence_at(self) -> int:
         assert self.last_success_sent_ms is not None

@@ -241,10 +241,20 @@ class Agent:
 
     # --- heartbeats ------------------------------------------------------------------------
 
+    def _call_timeout_s(self) -> float:
+        """The call deadline: the configured one, but never past the self-fencing deadline (a
+        hanging connection must not keep the loop from fencing in time)."""
+        with self._lock:
+            fence_at = self.machine.fence_deadline_ms()
+        timeout = self.settings.rpc_timeout_s
+        if fence_at is not None:
+            timeout = min(timeout, max(0.05, (fence_at - self._clock_ms()) / 1000))
+        return timeout
+
     def _heartbeat(self, request: Any) -> None:
         try:
             answer = self._connection.coordinator.ConnectGroupHeartbeat(
-                wire.heartbeat_request(request), timeout=self.settings.rpc_timeout_s
+                wire.heartbeat_request(request), timeout=self._call_timeout_s()
             )
         except grpc.RpcError as error:
             with self._lock:
@@ -291,7 +301,7 @@ class Agent:
             try:
                 resp = connection.admin.FindCoordinator(
                     admin_pb2.FindCoordinatorRequest(group_id=self.settings.group_id),
-                    timeout=self.settings.rpc_timeout_s,
+                    timeout=self._call_timeout_s(),
                 )
             except grpc.RpcError as error:
                 log.warning("FindCoordinator at %s failed: %s", address, _rpc_error(error))
