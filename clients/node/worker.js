@@ -1,0 +1,522 @@
+#!/usr/bin/env node
+'use strict';
+/**
+ * A small Node.js worker for the connect.group.v1 coordinator. No generated code: it loads the
+ * repository's .proto files at run time with @grpc/proto-loader. See README.md.
+ *
+ * It joins a group, heartbeats, reconciles revoke-before-assign (stop what was revoked, report
+ * what it now owns, and only then start new work), computes a target when asked
+ * (COMPUTE_ASSIGNMENT, with ./assignor.js), rejoins at epoch 0 when fenced, fences itself when it
+ * has not been heard for nearly a session timeout, and leaves the group on SIGTERM/SIGINT.
+ *
+ * Every line it prints on stdout is one JSON object with `ts` (Unix time in seconds, fractional)
+ * and `event`; `start` and `stop` lines carry the resources: a resource may run from the `ts` of
+ * the `start` line that names it until the `ts` of the `stop` line that names it.
+ */
+
+const os = require('os');
+const path = require('path');
+const { parseArgs } = require('util');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+const { assign } = require('./assignor');
+
+const DEFAULT_PROTOS = path.resolve(__dirname, '..', '..', 'protos');
+
+/** What this client advertises: incremental_cooperative, version 1 only (see README.md). */
+const ASSIGNOR = {
+  name: 'incremental_cooperative',
+  minimum_version: 1,
+  maximum_version: 1,
+  reason: 0,
+  version: 1,
+  metadata: Buffer.alloc(0),
+};
+
+const SUCCESS = new Set(['NONE', 'COMPUTE_ASSIGNMENT']);
+/** Heartbeat: not (or no longer) a member. Stop everything, rejoin at epoch 0. */
+const REJOIN = new Set(['FENCED_MEMBER_EPOCH', 'UNKNOWN_MEMBER_ID']);
+/** Retrying unchanged cannot help: stop everything and exit (code 3). */
+const FATAL = new Set([
+  'FENCED_INSTANCE_ID',
+  'UNSUPPORTED_ASSIGNOR',
+  'INVALID_GROUP_ID',
+  'INVALID_REQUEST',
+  'GROUP_AUTHORIZATION_FAILED',
+]);
+/** Another (or no) process serves the group: FindCoordinator, reconnect, retry. */
+const FIND = new Set(['NOT_COORDINATOR', 'COORDINATOR_NOT_AVAILABLE']);
+// Everything else (COORDINATOR_LOAD_IN_PROGRESS, UNKNOWN_SERVER_ERROR, GROUP_MAX_SIZE_REACHED,
+// UNRELEASED_INSTANCE_ID, and codes this client does not know): retry after a backoff.
+
+// --- resources: a Set of keys, JSON arrays ["A"] (connector) or ["A", 0] (task) ----------------
+
+/** @param {{connectors: string[], tasks: {connector: string, task: number}[]} | null} cat */
+function toSet(cat) {
+  const out = new Set();
+  if (!cat) return out;
+  cat.connectors.forEach((c) => out.add(JSON.stringify([c])));
+  cat.tasks.forEach((t) => out.add(JSON.stringify([t.connector, t.task])));
+  return out;
+}
+
+/**
+ * @param {Set<string>} set
+ * @returns {{connectors: string[], tasks: {connector: string, task: number}[]}}
+ */
+function toCat(set) {
+  const items = [...set].sort().map((k) => JSON.parse(k));
+  return {
+    connectors: items.filter((i) => i.length === 1).map((i) => i[0]),
+    tasks: items.filter((i) => i.length === 2).map(([connector, task]) => ({ connector, task })),
+  };
+}
+
+const minus = (/** @type {Set<string>} */ a, /** @type {Set<string>} */ b) =>
+  new Set([...a].filter((x) => !b.has(x)));
+const union = (/** @type {Set<string>} */ a, /** @type {Set<string>} */ b) => new Set([...a, ...b]);
+const keyOf = (/** @type {Set<string>} */ s) => JSON.stringify([...s].sort());
+const nowS = () => (performance.timeOrigin + performance.now()) / 1000;
+
+/** Load both services from the .proto files. */
+function loadServices(protoRoot) {
+  const definition = protoLoader.loadSync(
+    ['connect/group/v1/coordinator.proto', 'connect/group/v1/admin.proto'],
+    // defaults + oneofs: an absent message field reads as null, and a present proto3 `optional`
+    // scalar shows up in its synthetic oneof (e.g. `_instance_id`): absent is not empty.
+    {
+      includeDirs: [protoRoot],
+      keepCase: true,
+      enums: String,
+      longs: Number,
+      defaults: true,
+      oneofs: true,
+    },
+  );
+  return grpc.loadPackageDefinition(definition).connect.group.v1;
+}
+
+class Worker {
+  /**
+   * @param {object} o
+   * @param {string[]} o.coordinators host:port addresses, tried in turn by FindCoordinator
+   * @param {string} o.groupId
+   * @param {string} o.memberId
+   * @param {string} [o.instanceId]
+   * @param {string} [o.url]
+   * @param {number} [o.rebalanceTimeoutMs]
+   * @param {number} [o.rpcTimeoutMs]
+   * @param {string} [o.protoRoot]
+   * @param {(r: object) => Promise<void> | void} [o.onStart] start these resources
+   * @param {(r: object) => Promise<void> | void} [o.onStop] stop these resources
+   * @param {(line: object) => void} [o.log] one JSON object per call (default: stdout)
+   */
+  constructor(o) {
+    this.o = { rebalanceTimeoutMs: 60000, rpcTimeoutMs: 5000, protoRoot: DEFAULT_PROTOS, ...o };
+    this.services = loadServices(this.o.protoRoot);
+    this.onStart = o.onStart || (() => {});
+    this.onStop = o.onStop || (() => {});
+    this.print = o.log || ((line) => process.stdout.write(JSON.stringify(line) + '\n'));
+    this.connect(this.o.coordinators[0]);
+    /** JOINING | MEMBER | REJOINING | LEAVING | FATAL | LEFT */
+    this.phase = 'JOINING';
+    this.epoch = 0;
+    this.assigned = new Set(); // what the coordinator last said we may run
+    this.running = new Set(); // what runs now (a resource being stopped still counts)
+    this.starting = new Set(); // being started: reported as owned already
+    this.busy = null; // the start or stop in progress (one at a time)
+    this.fullNext = true; // send every field: on a join and after any error
+    this.lastReported = null; // the owned list the last answered heartbeat carried
+    this.heartbeatIntervalMs = 3000; // until the first answer says otherwise
+    this.sessionTimeoutMs = 10000;
+    this.lastSuccessSentAt = null; // when the request of the last successful answer was sent
+    this.nextHeartbeatAt = 0;
+    this.failures = 0;
+    this.computing = false;
+    this.lastInstalledEpoch = -1;
+    this.leaveDeadline = null;
+    this.fatal = null;
+    this.wakeUp = () => {};
+  }
+
+  log(event, fields = {}) {
+    const { groupId, memberId } = this.o;
+    this.print({ ts: nowS(), event, group_id: groupId, member_id: memberId, ...fields });
+  }
+
+  connect(address) {
+    if (this.coordinator) this.coordinator.close();
+    if (this.admin) this.admin.close();
+    const creds = grpc.credentials.createInsecure();
+    this.address = address;
+    this.coordinator = new this.services.ConnectGroupCoordinator(address, creds);
+    this.admin = new this.services.ConnectGroupAdmin(address, creds);
+  }
+
+  /** One unary call with a deadline; rejects only on a transport error (gRPC status not OK). */
+  call(client, method, request) {
+    return new Promise((resolve, reject) => {
+      const deadline = Date.now() + this.o.rpcTimeoutMs;
+      client[method](request, { deadline }, (err, resp) => (err ? reject(err) : resolve(resp)));
+    });
+  }
+
+  get owned() {
+    return union(this.running, this.starting);
+  }
+
+  /** SIGTERM: stop everything, then leave the group. */
+  leave() {
+    if (this.phase === 'LEFT' || this.phase === 'LEAVING') return;
+    this.log('leaving', { reason: 'signal' });
+    if (this.phase !== 'MEMBER') this.epoch = 0; // not a member: nothing to tell the coordinator
+    this.phase = this.phase === 'FATAL' ? 'FATAL' : 'LEAVING';
+    this.leaveDeadline = Date.now() + 10000;
+    this.wakeUp();
+  }
+
+  /** Runs until the worker has left; resolves to the process exit code. */
+  async run() {
+    this.log('starting', { coordinator: this.address, assignor: ASSIGNOR.name, versions: [1, 1] });
+    // Fencing and stopping must not wait for a slow heartbeat: check them on a timer too.
+    const ticker = setInterval(() => (this.checkSelfFence(), this.reconcile()), 100);
+    while (this.phase !== 'LEFT') {
+      this.checkSelfFence();
+      this.reconcile();
+      if (this.heartbeatDue()) {
+        await this.heartbeat();
+      } else {
+        const wait = Math.max(0, Math.min(this.nextHeartbeatAt, Date.now() + 1000) - Date.now());
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, this.busy ? Math.max(wait, 5) : wait);
+          this.wakeUp = () => (clearTimeout(timer), resolve());
+        });
+      }
+    }
+    clearInterval(ticker);
+    this.coordinator.close();
+    this.admin.close();
+    this.log('stopped', { fatal: this.fatal });
+    return this.fatal ? 3 : 0;
+  }
+
+  // --- reconciliation: revoke before assign ---------------------------------------------------
+
+  reconcile() {
+    if (this.busy) return;
+    const stopAll = ['REJOINING', 'LEAVING', 'FATAL'].includes(this.phase);
+    const toStop = stopAll ? new Set(this.running) : minus(this.running, this.assigned);
+    if (toStop.size > 0) {
+      const reason = { REJOINING: 'membership lost', LEAVING: 'leaving', FATAL: 'fatal error' };
+      this.busy = this.stopWork(toStop, reason[this.phase] || 'revoked');
+    } else if (this.phase === 'MEMBER') {
+      const toStart = minus(this.assigned, this.running);
+      if (toStart.size > 0) this.busy = this.startWork(toStart);
+    }
+  }
+
+  async stopWork(resources, reason) {
+    const epoch = this.epoch;
+    await this.retry(() => this.onStop(toCat(resources)), 'stop');
+    resources.forEach((r) => this.running.delete(r));
+    this.log('stop', { member_epoch: epoch, reason, ...toCat(resources) });
+    this.done(); // acknowledge at once: the next heartbeat no longer lists them
+  }
+
+  async startWork(resources) {
+    this.starting = resources;
+    this.log('start', { member_epoch: this.epoch, ...toCat(resources) });
+    await this.retry(() => this.onStart(toCat(resources)), 'start');
+    resources.forEach((r) => this.running.add(r));
+    this.starting = new Set();
+    this.done();
+  }
+
+  done() {
+    this.busy = null;
+    this.nextHeartbeatAt = Date.now();
+    this.wakeUp();
+  }
+
+  async retry(fn, what) {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        this.log('error', { what, attempt, error: String(err) });
+        await new Promise((r) => setTimeout(r, Math.min(5000, 100 * 2 ** attempt)));
+      }
+    }
+  }
+
+  // --- heartbeats -----------------------------------------------------------------------------
+
+  heartbeatDue() {
+    if (['REJOINING', 'LEAVING', 'FATAL'].includes(this.phase) && (this.busy || this.owned.size)) {
+      return false; // stop first, then rejoin, leave or exit
+    }
+    if (this.phase === 'FATAL') {
+      this.phase = 'LEFT';
+      return false;
+    }
+    if (this.phase === 'LEAVING') {
+      if (this.epoch <= 0) this.phase = 'LEFT'; // never joined: nothing to leave
+      return this.phase === 'LEAVING';
+    }
+    if (this.phase === 'REJOINING') this.phase = 'JOINING';
+    return Date.now() >= this.nextHeartbeatAt;
+  }
+
+  buildHeartbeat() {
+    const o = this.o;
+    const request = { group_id: o.groupId, member_id: o.memberId, member_epoch: this.epoch };
+    const owned = this.owned;
+    if (this.fullNext || this.epoch === 0) {
+      if (o.instanceId) request.instance_id = o.instanceId;
+      request.rebalance_timeout_ms = o.rebalanceTimeoutMs;
+      request.client_assignors = { assignors: [ASSIGNOR] };
+      request.connectors_and_tasks = toCat(owned); // present, even when empty: "I run nothing"
+      if (o.url !== undefined) request.url = o.url;
+    } else if (keyOf(owned) !== this.lastReported) {
+      request.connectors_and_tasks = toCat(owned);
+    } // else ABSENT: unchanged since the last heartbeat
+    return { request, ownedKey: request.connectors_and_tasks ? keyOf(owned) : null };
+  }
+
+  async heartbeat() {
+    if (this.phase === 'LEAVING') return this.sendLeave();
+    const { request, ownedKey } = this.buildHeartbeat();
+    const sentAt = Date.now();
+    let resp;
+    try {
+      resp = await this.call(this.coordinator, 'ConnectGroupHeartbeat', request);
+    } catch (err) {
+      this.retryLater(`heartbeat failed: ${err.message}`);
+      if (this.failures % 3 === 0) await this.findCoordinator();
+      return;
+    }
+    const code = typeof resp.error_code === 'string' ? resp.error_code : 'UNKNOWN_SERVER_ERROR';
+    if (SUCCESS.has(code)) {
+      this.onSuccess(request, resp, sentAt, ownedKey);
+    } else if (REJOIN.has(code)) {
+      this.loseMembership(`${code}: ${resp.error_message}`);
+    } else if (FATAL.has(code)) {
+      this.log('fatal', { error_code: code, error_message: resp.error_message });
+      this.fatal = `${code}: ${resp.error_message}`;
+      this.phase = 'FATAL';
+      this.assigned = new Set();
+    } else if (FIND.has(code)) {
+      this.retryLater(`${code}: ${resp.error_message}`);
+      await this.findCoordinator();
+    } else {
+      this.retryLater(`${code}: ${resp.error_message}`);
+    }
+  }
+
+  onSuccess(request, resp, sentAt, ownedKey) {
+    if (this.phase === 'LEAVING' && request.member_epoch === 0) {
+      this.epoch = resp.member_epoch; // joined just as we decided to leave: leave properly
+      return;
+    }
+    if (this.phase !== 'JOINING' && this.phase !== 'MEMBER') return; // we rejoin or leave now
+    if (this.phase === 'JOINING') this.log('joined', { member_epoch: resp.member_epoch });
+    this.phase = 'MEMBER';
+    this.failures = 0;
+    this.fullNext = false;
+    if (ownedKey !== null) this.lastReported = ownedKey;
+    this.lastSuccessSentAt = sentAt;
+    if (resp.heartbeat_interval_ms > 0) this.heartbeatIntervalMs = resp.heartbeat_interval_ms;
+    if (resp.session_timeout_ms > 0) this.sessionTimeoutMs = resp.session_timeout_ms;
+    this.nextHeartbeatAt = Date.now() + this.heartbeatIntervalMs;
+    this.epoch = resp.member_epoch;
+    if (resp.assignment) {
+      // Present: the full set we may run now. Absent (null): keep what we have.
+      this.assigned = toSet(resp.assignment.connectors_and_tasks);
+      this.log('assignment', { member_epoch: this.epoch, ...toCat(this.assigned) });
+    }
+    if (resp.error_code === 'COMPUTE_ASSIGNMENT' && !this.computing) this.compute();
+    if (keyOf(this.owned) !== this.lastReported) this.nextHeartbeatAt = Date.now();
+  }
+
+  retryLater(why) {
+    this.failures += 1;
+    this.fullNext = true;
+    const exponential = 50 * 2 ** Math.min(this.failures - 1, 10);
+    const backoff = Math.min(2000, this.heartbeatIntervalMs, exponential);
+    this.nextHeartbeatAt = Date.now() + Math.max(50, backoff);
+    this.log('retry', { why, attempt: this.failures });
+  }
+
+  loseMembership(why) {
+    this.log('rejoin', { why });
+    this.phase = this.phase === 'LEAVING' ? 'LEAVING' : 'REJOINING';
+    this.epoch = 0;
+    this.assigned = new Set();
+    this.fullNext = true;
+    this.lastSuccessSentAt = null;
+    this.failures = 0;
+    this.nextHeartbeatAt = Date.now();
+  }
+
+  /** Not heard for nearly a session timeout: stop everything before anyone else may start it. */
+  checkSelfFence() {
+    if (this.phase !== 'MEMBER' || this.lastSuccessSentAt === null) return;
+    const margin = Math.max(this.heartbeatIntervalMs, Math.floor(this.sessionTimeoutMs / 5));
+    const silent = Date.now() - this.lastSuccessSentAt;
+    if (silent >= this.sessionTimeoutMs - margin) {
+      this.loseMembership(`no successful heartbeat for ${silent} ms: fencing itself`);
+    }
+  }
+
+  async sendLeave() {
+    const o = this.o;
+    const epoch = o.instanceId ? -2 : -1; // -2: a static member's work waits for its successor
+    const request = { group_id: o.groupId, member_id: o.memberId, member_epoch: epoch };
+    if (o.instanceId) request.instance_id = o.instanceId;
+    try {
+      const resp = await this.call(this.coordinator, 'ConnectGroupHeartbeat', request);
+      this.log('left', { member_epoch: request.member_epoch, error_code: resp.error_code });
+      this.phase = 'LEFT';
+    } catch (err) {
+      if (Date.now() > this.leaveDeadline) {
+        const error = `leave not delivered (${err.message}); the session will expire`;
+        this.log('left', { error });
+        this.phase = 'LEFT';
+      } else {
+        this.retryLater(`leave failed: ${err.message}`);
+      }
+    }
+  }
+
+  async findCoordinator() {
+    const o = this.o;
+    const candidates = [this.address, ...o.coordinators.filter((a) => a !== this.address)];
+    for (const address of candidates) {
+      const admin = new this.services.ConnectGroupAdmin(address, grpc.credentials.createInsecure());
+      try {
+        const resp = await this.call(admin, 'FindCoordinator', { group_id: o.groupId });
+        if (resp.error_code === 'NONE' && resp.host) {
+          const found = `${resp.host}:${resp.port}`;
+          if (found !== this.address) {
+            this.log('reconnect', { coordinator: found });
+            this.connect(found);
+          }
+          return;
+        }
+      } catch (err) {
+        this.log('retry', { why: `FindCoordinator at ${address} failed: ${err.message}` });
+      } finally {
+        admin.close();
+      }
+    }
+  }
+
+  // --- COMPUTE_ASSIGNMENT ---------------------------------------------------------------------
+
+  async compute() {
+    this.computing = true;
+    const o = this.o;
+    try {
+      const prepared = await this.call(this.coordinator, 'ConnectGroupPrepareAssignment', {
+        group_id: o.groupId,
+        member_id: o.memberId,
+        member_epoch: this.epoch,
+      });
+      if (prepared.error_code !== 'NONE') {
+        // UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, ...: abandon; the heartbeat says what next.
+        this.log('compute', { outcome: 'prepare refused', error_code: prepared.error_code });
+        return;
+      }
+      if (prepared.group_epoch === this.lastInstalledEpoch) return; // computed already
+      const install = {
+        group_id: o.groupId,
+        member_id: o.memberId,
+        member_epoch: this.epoch,
+        group_epoch: prepared.group_epoch,
+        error: 0,
+        members: [],
+        assignor_state: Buffer.alloc(0),
+        scheduled_rebalance_delay_ms: 0,
+      };
+      if (prepared.assignor_name === ASSIGNOR.name) {
+        install.members = assign(prepared);
+      } else {
+        install.error = 1;
+        install.error_message = `this client has no assignor ${prepared.assignor_name}`;
+      }
+      const resp = await this.call(this.coordinator, 'ConnectGroupInstallAssignment', install);
+      if (resp.error_code === 'NONE' && install.error === 0) {
+        this.lastInstalledEpoch = prepared.group_epoch;
+      }
+      this.log('compute', {
+        outcome: resp.error_code === 'NONE' ? 'installed' : 'install refused',
+        group_epoch: prepared.group_epoch,
+        error_code: resp.error_code,
+        error_message: resp.error_message,
+      });
+    } catch (err) {
+      this.log('compute', { outcome: 'failed', error: err.message });
+    } finally {
+      this.computing = false;
+      this.wakeUp();
+    }
+  }
+}
+
+function main(argv) {
+  const env = process.env;
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      coordinator: { type: 'string', default: env.CONNECT_GROUP_COORDINATOR || '127.0.0.1:9093' },
+      group: { type: 'string', default: env.CONNECT_GROUP_GROUP || 'connect-cluster' },
+      'member-id': { type: 'string', default: env.CONNECT_GROUP_MEMBER_ID || os.hostname() },
+      'instance-id': { type: 'string' },
+      url: { type: 'string' },
+      'rebalance-timeout-ms': { type: 'string', default: '60000' },
+      'rpc-timeout-ms': { type: 'string', default: '5000' },
+      protos: { type: 'string', default: DEFAULT_PROTOS },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(
+      'usage: node worker.js [--coordinator HOST:PORT[,HOST:PORT...]] [--group ID] ' +
+        '[--member-id ID] [--instance-id ID] [--url URL] [--rebalance-timeout-ms MS] ' +
+        '[--rpc-timeout-ms MS] [--protos DIR]\n',
+    );
+    return;
+  }
+  const worker = new Worker({
+    coordinators: values.coordinator.split(',').map((a) => a.trim()).filter(Boolean),
+    groupId: values.group,
+    memberId: values['member-id'],
+    instanceId: values['instance-id'],
+    url: values.url,
+    rebalanceTimeoutMs: Number(values['rebalance-timeout-ms']),
+    rpcTimeoutMs: Number(values['rpc-timeout-ms']),
+    protoRoot: values.protos,
+  });
+  let signals = 0;
+  const onSignal = (name) => {
+    signals += 1;
+    if (signals === 1) worker.leave();
+    else {
+      worker.log('exit', { reason: `${name} again: giving up without leaving` });
+      process.exit(1);
+    }
+  };
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
+  worker.run().then(
+    (code) => process.exit(code),
+    (err) => {
+      worker.log('crash', { error: String(err && err.stack) });
+      process.exit(1);
+    },
+  );
+}
+
+module.exports = { Worker, ASSIGNOR, loadServices };
+
+if (require.main === module) main(process.argv.slice(2));
