@@ -3,7 +3,13 @@
 # its dev dependencies) and leaves ROOT, VENV and the helpers banner/die/apt_install defined.
 # Extra Debian packages the suite needs; installed only when `dpkg -s` says missing.
 # More can be given at run time, space-separated, in EXTRA_APT_PACKAGES.
-APT_PACKAGES=()
+APT_PACKAGES=(
+    # The audit export (audit_export/, tests/audit): PySpark runs on Java 17 and reads the
+    # databases through these JDBC drivers (Spark cannot download jars here).
+    openjdk-17-jre-headless
+    libpostgresql-jdbc-java
+    libxerial-sqlite-jdbc-java
+)
 if [[ -n "${EXTRA_APT_PACKAGES:-}" ]]; then
     read -r -a _extra <<<"${EXTRA_APT_PACKAGES}"
     APT_PACKAGES+=("${_extra[@]}")

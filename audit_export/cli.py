@@ -1,0 +1,244 @@
+"""`coordinator-audit-export`: run the audit export locally (a local Spark session), and the
+argument handling shared with the `spark-submit` entry point (`spark_submit.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .job import ExportOptions, ExportResult, run_export
+from .source import DEFAULT_JDBC_JARS, ReadTuning
+
+DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
+EXIT_VIOLATIONS = 3
+
+DESCRIPTION = """\
+Export the coordinator's tables for audit: a full snapshot of the current state (groups, members,
+catalogue, target and current assignment, group configurations, leases) and the events added since
+the previous run, as Parquet partitioned by export date and group; then audit findings computed in
+Spark (rebalances: reason, moves, revocations, time to converge, lost resources and how long they
+waited; task moves per connector; violations: a resource owned twice, a resource unassigned beyond
+the grace window, a removed member still listed), written as Parquet, a JSON summary and an HTML
+report under OUTPUT/reports/export_date=DATE/.
+
+Incremental: each run records its watermark (the last event id it exported) in
+OUTPUT/_watermarks/; the next export date starts after it. Re-running an export date replaces
+what it wrote (idempotent). Every option can also be set by the environment variable named in its
+help; the database password can be given in the URL or in AUDIT_EXPORT_DB_PASSWORD.
+"""
+
+
+def _env(name: str, default: Any) -> Any:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return type(default)(value) if default is not None else value
+
+
+def build_parser(local: bool = True) -> argparse.ArgumentParser:
+    """The options; `local` adds those of the local Spark session (spark-submit has its own)."""
+    parser = argparse.ArgumentParser(
+        prog="coordinator-audit-export" if local else "spark_submit.py",
+        description=DESCRIPTION,
+        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, width=100),
+    )
+    src = parser.add_argument_group("source")
+    src.add_argument(
+        "--database-url",
+        default=_env("DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="the coordinator's database: its SQLAlchemy URL (postgresql+psycopg://user:pw@host"
+        ":5432/db, sqlite:///coordinator.db) or a JDBC URL (jdbc:postgresql://..., "
+        "jdbc:sqlite:/path.db) (DATABASE_URL; default %(default)s)",
+    )
+    src.add_argument(
+        "--db-user",
+        default=_env("AUDIT_EXPORT_DB_USER", None),
+        help="database user, overriding the URL's (AUDIT_EXPORT_DB_USER)",
+    )
+    dst = parser.add_argument_group("output")
+    dst.add_argument(
+        "--output",
+        default=_env("AUDIT_EXPORT_OUTPUT", None),
+        required=_env("AUDIT_EXPORT_OUTPUT", None) is None,
+        help="output directory: a local path or a Hadoop URI (hdfs://, s3a://, ...) "
+        "(AUDIT_EXPORT_OUTPUT)",
+    )
+    dst.add_argument(
+        "--export-date",
+        default=_env("AUDIT_EXPORT_DATE", None),
+        help="the run's logical date, YYYY-MM-DD: the partition it writes, and the key of its "
+        "watermark (AUDIT_EXPORT_DATE; default today, UTC)",
+    )
+    inc = parser.add_argument_group("incremental events (since / watermark)")
+    inc.add_argument(
+        "--since-event-id",
+        type=int,
+        default=_env("AUDIT_EXPORT_SINCE_EVENT_ID", None),
+        help="export the events with an id above this one, instead of starting after the "
+        "previous export date's watermark (0: every event) (AUDIT_EXPORT_SINCE_EVENT_ID)",
+    )
+    par = parser.add_argument_group("partitions (parallel JDBC reads)")
+    defaults = ReadTuning()
+    par.add_argument(
+        "--partitions",
+        type=int,
+        default=_env("AUDIT_EXPORT_PARTITIONS", defaults.max_partitions),
+        help="at most this many parallel reads per table: the events by ranges of their id, "
+        "large PostgreSQL state tables by a hash of their key (AUDIT_EXPORT_PARTITIONS; "
+        "default %(default)s)",
+    )
+    par.add_argument(
+        "--event-rows-per-partition",
+        type=int,
+        default=_env("AUDIT_EXPORT_EVENT_ROWS_PER_PARTITION", defaults.event_rows_per_partition),
+        help="event rows per read partition (default %(default)s)",
+    )
+    par.add_argument(
+        "--fetch-size",
+        type=int,
+        default=_env("AUDIT_EXPORT_FETCH_SIZE", defaults.fetch_size),
+        help="JDBC fetch size, rows per round trip (default %(default)s)",
+    )
+    fin = parser.add_argument_group("findings")
+    fin.add_argument(
+        "--grace-ms",
+        type=int,
+        default=_env("AUDIT_EXPORT_GRACE_MS", 60_000),
+        help="how long a catalogue resource may run on no member (outside a delayed rebalance "
+        "or a hold, with members in the group) before it is a violation "
+        "(AUDIT_EXPORT_GRACE_MS; default %(default)s)",
+    )
+    fin.add_argument(
+        "--no-findings",
+        action="store_true",
+        help="export the tables and events only: no findings, summary or report",
+    )
+    fin.add_argument(
+        "--max-report-rows",
+        type=int,
+        default=500,
+        help="rows per list in the JSON summary and the HTML report; the Parquet findings "
+        "have every row (default %(default)s)",
+    )
+    fin.add_argument(
+        "--fail-on-violations",
+        action="store_true",
+        help=f"exit with status {EXIT_VIOLATIONS} when any violation is found (for alerting)",
+    )
+    if local:
+        spark = parser.add_argument_group("local Spark session")
+        spark.add_argument(
+            "--master",
+            default=_env("AUDIT_EXPORT_MASTER", "local[2]"),
+            help="Spark master (AUDIT_EXPORT_MASTER; default %(default)s)",
+        )
+        spark.add_argument(
+            "--jdbc-jars",
+            default=_env("AUDIT_EXPORT_JDBC_JARS", ",".join(DEFAULT_JDBC_JARS)),
+            help="comma-separated JDBC driver jars (AUDIT_EXPORT_JDBC_JARS; default Debian's "
+            "libpostgresql-jdbc-java and libxerial-sqlite-jdbc-java: %(default)s)",
+        )
+        spark.add_argument(
+            "--driver-memory",
+            default=_env("AUDIT_EXPORT_DRIVER_MEMORY", "1g"),
+            help="Spark driver memory (AUDIT_EXPORT_DRIVER_MEMORY; default %(default)s)",
+        )
+        spark.add_argument(
+            "--shuffle-partitions",
+            type=int,
+            default=_env("AUDIT_EXPORT_SHUFFLE_PARTITIONS", 4),
+            help="spark.sql.shuffle.partitions (default %(default)s)",
+        )
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> ExportOptions:
+    return ExportOptions(
+        database_url=args.database_url,
+        output=args.output,
+        export_date=args.export_date,
+        since_event_id=args.since_event_id,
+        db_user=args.db_user,
+        db_password=os.environ.get("AUDIT_EXPORT_DB_PASSWORD") or None,
+        tuning=ReadTuning(
+            max_partitions=args.partitions,
+            event_rows_per_partition=args.event_rows_per_partition,
+            fetch_size=args.fetch_size,
+        ),
+        grace_ms=args.grace_ms,
+        findings=not args.no_findings,
+        max_report_rows=args.max_report_rows,
+    )
+
+
+def describe(result: ExportResult, seconds: float) -> str:
+    run, rng = result.run, result.event_range
+    lines = [
+        f"audit export {run.export_date} from {run.source} in {seconds:.1f} s",
+        f"  events {rng.since_event_id + 1}..{rng.until_event_id}: {run.event_rows} exported "
+        f"({rng.why}); watermark now {run.until_event_id}",
+        "  rows: " + ", ".join(f"{k} {v}" for k, v in sorted(run.table_rows.items())),
+    ]
+    if result.summary is not None:
+        s = result.summary
+        lines.append(
+            f"  findings: {len(s['rebalances'])} rebalances listed, "
+            f"{s['violation_count']} violation(s) {s['violations_by_kind'] or ''}".rstrip()
+        )
+        for v in s["violations"][:20]:
+            lines.append(f"    {v['kind']} {v['group_id']} epoch {v['group_epoch']}: {v['detail']}")
+        lines.append(f"  summary: {result.paths['summary']}")
+        lines.append(f"  report:  {result.paths['report']}")
+    return "\n".join(lines)
+
+
+def _exit_code(args: argparse.Namespace, result: ExportResult) -> int:
+    if args.fail_on_violations and result.summary and result.summary["violation_count"] > 0:
+        return EXIT_VIOLATIONS
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console command: a local Spark session, one export, a short report on stdout."""
+    args = build_parser(local=True).parse_args(argv)
+    from .session import local_session
+
+    started = time.monotonic()
+    spark = local_session(
+        master=args.master,
+        jars=[j for j in args.jdbc_jars.split(",") if j],
+        driver_memory=args.driver_memory,
+        shuffle_partitions=args.shuffle_partitions,
+    )
+    try:
+        result = run_export(spark, options_from_args(args))
+    finally:
+        spark.stop()
+    print(describe(result, time.monotonic() - started))
+    return _exit_code(args, result)
+
+
+def main_submit(argv: Sequence[str] | None = None) -> int:
+    """Under spark-submit: the session (master, jars, memory) is spark-submit's."""
+    args = build_parser(local=False).parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    from .session import APP_NAME
+
+    started = time.monotonic()
+    spark = SparkSession.builder.appName(APP_NAME).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        result = run_export(spark, options_from_args(args))
+    finally:
+        spark.stop()
+    print(describe(result, time.monotonic() - started))
+    return _exit_code(args, result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

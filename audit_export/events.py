@@ -1,0 +1,185 @@
+"""The event table's vocabulary (DESIGN 3.17) as Spark sees it: event types, the payload keys the
+coordinator writes (coordinator_svc/core/*.py: `change.event(...)`), and resource sets.
+
+A resource set is stored as `{"connectors": [...], "tasks": [{"connector", "task"}]}`; a resource
+is named as the coordinator names it: a connector `A`, a task `A-0`.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+# Event types (coordinator_svc.core.records.EventType; tests check they agree).
+GROUP_CREATED = "GROUP_CREATED"
+MEMBER_JOINED = "MEMBER_JOINED"
+MEMBER_REJOINED = "MEMBER_REJOINED"
+MEMBER_LEFT = "MEMBER_LEFT"
+MEMBER_FENCED = "MEMBER_FENCED"
+MEMBER_SESSION_EXPIRED = "MEMBER_SESSION_EXPIRED"
+REVOCATION_TIMED_OUT = "REVOCATION_TIMED_OUT"
+STATIC_MEMBER_REPLACED = "STATIC_MEMBER_REPLACED"
+GROUP_EPOCH_BUMPED = "GROUP_EPOCH_BUMPED"
+TARGET_INSTALLED = "TARGET_INSTALLED"
+ASSIGNMENT_DELIVERED = "ASSIGNMENT_DELIVERED"
+REVOCATION_REQUESTED = "REVOCATION_REQUESTED"
+REVOCATION_ACKNOWLEDGED = "REVOCATION_ACKNOWLEDGED"
+SCHEDULED_REBALANCE_SET = "SCHEDULED_REBALANCE_SET"
+SCHEDULED_REBALANCE_FIRED = "SCHEDULED_REBALANCE_FIRED"
+HOLD_RELEASED = "HOLD_RELEASED"
+CONNECTOR_PUT = "CONNECTOR_PUT"
+CONNECTOR_DELETED = "CONNECTOR_DELETED"
+
+USED_EVENT_TYPES = frozenset(
+    {
+        GROUP_CREATED,
+        MEMBER_JOINED,
+        MEMBER_REJOINED,
+        MEMBER_LEFT,
+        MEMBER_FENCED,
+        MEMBER_SESSION_EXPIRED,
+        REVOCATION_TIMED_OUT,
+        STATIC_MEMBER_REPLACED,
+        GROUP_EPOCH_BUMPED,
+        TARGET_INSTALLED,
+        ASSIGNMENT_DELIVERED,
+        REVOCATION_REQUESTED,
+        REVOCATION_ACKNOWLEDGED,
+        SCHEDULED_REBALANCE_SET,
+        SCHEDULED_REBALANCE_FIRED,
+        HOLD_RELEASED,
+        CONNECTOR_PUT,
+        CONNECTOR_DELETED,
+    }
+)
+"""The event types the findings read."""
+
+REMOVAL_TYPES = (MEMBER_FENCED, MEMBER_SESSION_EXPIRED, REVOCATION_TIMED_OUT)
+"""Events that remove their member from the group (besides a dynamic MEMBER_LEFT)."""
+
+RESOURCE_SET = StructType(
+    [
+        StructField("connectors", ArrayType(StringType())),
+        StructField(
+            "tasks",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("connector", StringType()),
+                        StructField("task", IntegerType()),
+                    ]
+                )
+            ),
+        ),
+    ]
+)
+
+MOVE = StructType(
+    [
+        StructField("resource", StringType()),
+        StructField("from", StringType()),
+        StructField("to", StringType()),
+    ]
+)
+
+PAYLOAD = StructType(
+    [
+        # GROUP_EPOCH_BUMPED
+        StructField("reason", StringType()),
+        StructField("connector", StringType()),
+        # TARGET_INSTALLED, SCHEDULED_REBALANCE_SET
+        StructField("assignment_epoch", IntegerType()),
+        StructField("moves", ArrayType(MOVE)),
+        StructField("unassigned", ArrayType(StringType())),
+        StructField("scheduled_rebalance_delay_ms", LongType()),
+        StructField("at_ms", LongType()),
+        # ASSIGNMENT_DELIVERED, REVOCATION_REQUESTED
+        StructField("member_epoch", IntegerType()),
+        StructField("state", StringType()),
+        StructField("assigned", RESOURCE_SET),
+        StructField("revoke", RESOURCE_SET),
+        StructField("target_epoch", IntegerType()),
+        # membership
+        StructField("static", BooleanType()),
+        StructField("static_left", BooleanType()),
+        StructField("released", RESOURCE_SET),
+        StructField("held", RESOURCE_SET),
+        StructField("held_until_ms", LongType()),
+        StructField("previous_member_id", StringType()),
+        # catalogue
+        StructField("task_count", IntegerType()),
+    ]
+)
+"""The payload keys the findings read (others, such as ASSIGNMENT_DELIVERED's `added` and
+`removed`, are left unparsed)."""
+
+
+def parsed(events: DataFrame) -> DataFrame:
+    """The events (id, at_ms, group_id, group_epoch, event_type, member_id) with the payload
+    keys the findings read as columns `p_<key>`; resource sets become arrays of resource names
+    (empty when absent). The JSON text itself is dropped."""
+    columns = []
+    for f in PAYLOAD.fields:
+        value = F.col("p")[f.name]
+        columns.append((names(value) if f.dataType == RESOURCE_SET else value).alias(f"p_{f.name}"))
+    # Parsed once into a column first: referenced per key, from_json would run per key.
+    return events.withColumn("p", F.from_json(F.col("payload"), PAYLOAD)).select(
+        "id", "at_ms", "group_id", "group_epoch", "event_type", "member_id", *columns
+    )
+
+
+def names(resource_set: Column) -> Column:
+    """A resource set -> its resource names (connectors, then tasks as `connector-task`);
+    an absent set -> an empty array."""
+    connectors = F.coalesce(resource_set["connectors"], F.array().cast("array<string>"))
+    tasks = F.coalesce(
+        resource_set["tasks"], F.array().cast("array<struct<connector:string,task:int>>")
+    )
+    return F.concat(
+        connectors,
+        F.transform(
+            tasks, lambda t: F.concat(t["connector"], F.lit("-"), t["task"].cast("string"))
+        ),
+    )
+
+
+def items(resource_set: Column) -> Column:
+    """A resource set -> an array of structs (resource, resource_type, connector, task), one per
+    connector (task null) and per task."""
+    connectors = F.coalesce(resource_set["connectors"], F.array().cast("array<string>"))
+    tasks = F.coalesce(
+        resource_set["tasks"], F.array().cast("array<struct<connector:string,task:int>>")
+    )
+    return F.concat(
+        F.transform(
+            connectors,
+            lambda c: F.struct(
+                c.alias("resource"),
+                F.lit("connector").alias("resource_type"),
+                c.alias("connector"),
+                F.lit(None).cast("int").alias("task"),
+            ),
+        ),
+        F.transform(
+            tasks,
+            lambda t: F.struct(
+                F.concat(t["connector"], F.lit("-"), t["task"].cast("string")).alias("resource"),
+                F.lit("task").alias("resource_type"),
+                t["connector"].alias("connector"),
+                t["task"].alias("task"),
+            ),
+        ),
+    )
+
+
+def empty_names() -> Column:
+    return F.array().cast("array<string>")

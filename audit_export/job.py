@@ -1,0 +1,423 @@
+"""One export run: snapshot, events, findings, report, watermark (in that order; the watermark
+file is written last and is the run's commit point).
+
+Output layout under the output path (every table Parquet, partitioned by export date and group):
+
+    <table>/export_date=YYYY-MM-DD/group_id=<group>/part-*.parquet
+        groups, group_leases, members, catalogue, target_assignment, current_assignment,
+        group_configs (the snapshot), events (this run's events)
+    findings/<name>/export_date=YYYY-MM-DD/group_id=<group>/part-*.parquet
+        rebalances, lost_resources, connector_moves, violations, ownership
+    reports/export_date=YYYY-MM-DD/summary.json and report.html
+    _watermarks/export_date=YYYY-MM-DD.json
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from functools import partial, reduce
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from . import findings as fnd
+from . import report, snapshot, source
+from .fs import OutputFS, join, qualify
+from .watermark import EventRange, RunRecord, load_runs, plan_range, record_run
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What to export, from where, to where.
+
+    Attributes:
+        database_url: the coordinator's database (SQLAlchemy or JDBC URL).
+        output: the output directory (a local path or any Hadoop URI).
+        export_date: the run's logical date, YYYY-MM-DD (default: today, UTC).
+        since_event_id: export the events after this id, overriding the watermark.
+        db_user: database user (overrides the URL's).
+        db_password: database password (overrides the URL's).
+        tuning: how tables are split into parallel JDBC reads.
+        grace_ms: how long a catalogue resource may run nowhere before it is a violation.
+        findings: compute the findings, the summary and the report.
+        max_report_rows: rows per list in the JSON summary and the report (Parquet has all).
+    """
+
+    database_url: str
+    output: str
+    export_date: str | None = None
+    since_event_id: int | None = None
+    db_user: str | None = None
+    db_password: str | None = None
+    tuning: source.ReadTuning = field(default_factory=source.ReadTuning)
+    grace_ms: int = 60_000
+    findings: bool = True
+    max_report_rows: int = 500
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What a run did.
+
+    Attributes:
+        run: the committed run record (its range is the watermark).
+        event_range: the events exported and why.
+        summary: the JSON summary (None without findings).
+        paths: where the summary and report were written.
+        timings: seconds per phase: `snapshot_read` (the state tables read and held), `tables`
+            (the snapshot tables and the events written, at once; `events` is the events'
+            part of it), `findings`, `report`.
+        source_rows: rows read from the database per table.
+    """
+
+    run: RunRecord
+    event_range: EventRange
+    summary: dict[str, Any] | None
+    paths: dict[str, str]
+    timings: dict[str, float]
+    source_rows: dict[str, int]
+
+
+def _today() -> str:
+    return datetime.now(UTC).date().isoformat()
+
+
+def _validate_date(value: str) -> str:
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError as exc:
+        raise ValueError(f"export date {value!r} is not YYYY-MM-DD") from exc
+
+
+def _events_schema() -> StructType:
+    """The events as written: the table's columns (group_id a partition) and export_date."""
+    schema = StructType.fromDDL(source.EVENTS.ddl() + ", export_date STRING")
+    assert isinstance(schema, StructType)
+    return schema
+
+
+def _count_all(tables: dict[str, DataFrame]) -> dict[str, int]:
+    """Row counts of several DataFrames in one Spark job (which also fills their caches)."""
+    parts = [
+        df.groupBy().count().select(F.lit(name).alias("table"), F.col("count"))
+        for name, df in tables.items()
+    ]
+    counts = {r["table"]: int(r["count"]) for r in reduce(DataFrame.unionByName, parts).collect()}
+    return {name: counts.get(name, 0) for name in tables}
+
+
+def _parallel(jobs: dict[str, Callable[[], int]], workers: int = 8) -> dict[str, int]:
+    """Run Spark actions from several threads at once: a small table's write is mostly
+    latency (planning, scheduling, committing files), which overlaps well with other work."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="audit-export") as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _write_small(fs: OutputFS, df: DataFrame, path: str, export_date: str, rows: int) -> None:
+    snapshot.write_partitioned(fs, df, path, export_date, files=max(1, min(4, rows // 500_000 + 1)))
+
+
+def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
+    """Run one export with `spark` (any session: local, or under spark-submit)."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    # Partitioned writes keep a file open per group instead of sorting every row by group.
+    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "64")
+    export_date = _validate_date(options.export_date or _today())
+    src = source.with_credentials(
+        source.source_from_url(options.database_url), options.db_user, options.db_password
+    )
+    fs = OutputFS(spark)
+    out = qualify(options.output)
+    tuning = options.tuning
+    timings: dict[str, float] = {}
+    persisted: list[DataFrame] = []
+
+    def hold(df: DataFrame) -> DataFrame:
+        """Cache a table read from the database (read once, used by several outputs)."""
+        if df.is_cached:
+            return df
+        kept = df.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted.append(kept)
+        return kept
+
+    def keep(df: DataFrame) -> DataFrame:
+        """Materialise an intermediate result and cut its lineage: later steps reuse it, and
+        their plans stay small (planning a long lineage costs seconds per step)."""
+        return df.localCheckpoint(eager=True)
+
+    try:
+        # 1. The snapshot, read whole and held, so every table derived from it agrees.
+        started = time.monotonic()
+        stats = source.table_stats(spark, src)
+        raw = {
+            spec.name: hold(
+                source.read_table(
+                    spark, src, spec, rows=stats.rows.get(spec.name, 0), tuning=tuning
+                )
+            )
+            for spec in source.STATE_TABLES
+        }
+        source_rows = _count_all(raw)
+        snapshot_after = stats.max_event_id
+        runs = load_runs(fs, out)
+        after = source.table_stats(spark, src)
+        event_range = plan_range(runs, export_date, after.max_event_id, options.since_event_id)
+
+        tables = {name: hold(df) for name, df in snapshot.build(raw).items()}
+        timings["snapshot_read"] = time.monotonic() - started
+
+        # 2. The snapshot tables and this run's events, written at once: the events stream
+        #    from parallel JDBC reads straight to Parquet while the small tables are written.
+        started = time.monotonic()
+
+        def write_table(name: str) -> int:
+            rows = tables[name].count()
+            _write_small(fs, tables[name], join(out, name), export_date, rows)
+            return rows
+
+        def write_events() -> int:
+            began = time.monotonic()
+            n = source.count_events(
+                spark, src, event_range.since_event_id, event_range.until_event_id
+            )
+            events = source.read_events(
+                spark,
+                src,
+                event_range.since_event_id,
+                event_range.until_event_id,
+                rows=n,
+                tuning=tuning,
+            )
+            snapshot.write_partitioned(fs, events, join(out, "events"), export_date)
+            timings["events"] = time.monotonic() - began
+            return n
+
+        jobs: dict[str, Callable[[], int]] = {
+            name: partial(write_table, name) for name in snapshot.SNAPSHOT_TABLES
+        }
+        jobs["events"] = write_events
+        table_rows = _parallel(jobs)
+        n_events = source_rows["events"] = table_rows["events"]
+        timings["tables"] = time.monotonic() - started
+
+        summary: dict[str, Any] | None = None
+        paths: dict[str, str] = {}
+        now_ms = int(time.time() * 1000)
+        run = RunRecord(
+            export_date=export_date,
+            since_event_id=event_range.since_event_id,
+            until_event_id=event_range.until_event_id,
+            snapshot_after_event_id=snapshot_after,
+            exported_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            event_rows=n_events,
+            table_rows=table_rows,
+            source=src.display,
+        )
+
+        # 3. Findings over every exported event, and the report.
+        if options.findings:
+            started = time.monotonic()
+            config = fnd.FindingsConfig(
+                grace_ms=options.grace_ms,
+                as_of_ms=max(now_ms, after.max_event_at_ms),
+                snapshot_after_event_id=snapshot_after,
+            )
+            found = fnd.compute(_all_events(spark, fs, out), tables, config, keep)
+            finding_tables = {name: hold(df) for name, df in found.tables().items()}
+
+            def write_finding(name: str) -> int:
+                rows = finding_tables[name].count()
+                _write_small(
+                    fs, finding_tables[name], join(out, "findings", name), export_date, rows
+                )
+                return rows
+
+            written = _parallel({name: partial(write_finding, name) for name in finding_tables})
+            table_rows.update({f"findings/{name}": rows for name, rows in written.items()})
+            timings["findings"] = time.monotonic() - started
+
+            started = time.monotonic()
+            summary = _summary(run, event_range, config, tables, finding_tables, options)
+            timelines = _timelines(finding_tables, config.as_of_ms)
+            base = join(out, "reports", f"export_date={export_date}")
+            paths = {"summary": join(base, "summary.json"), "report": join(base, "report.html")}
+            fs.write_text(paths["summary"], report.to_json(summary))
+            fs.write_text(paths["report"], report.render_html(summary, timelines))
+            timings["report"] = time.monotonic() - started
+
+        record_run(fs, out, run)
+        return ExportResult(run, event_range, summary, paths, timings, source_rows)
+    finally:
+        for df in persisted:
+            df.unpersist()
+
+
+def _all_events(spark: SparkSession, fs: OutputFS, out: str) -> DataFrame:
+    """Every exported event (all export dates), once each."""
+    path = join(out, "events")
+    schema = _events_schema()
+    if not fs.exists(path):
+        return spark.createDataFrame([], schema)
+    df = spark.read.schema(schema).parquet(path)
+    return df.dropDuplicates(["id"])
+
+
+def _rows(df: DataFrame, limit: int, *order: Any) -> tuple[list[dict[str, Any]], bool]:
+    rows = [r.asDict(recursive=True) for r in df.orderBy(*order).limit(limit + 1).collect()]
+    return rows[:limit], len(rows) > limit
+
+
+def _summary(
+    run: RunRecord,
+    event_range: EventRange,
+    config: fnd.FindingsConfig,
+    tables: dict[str, DataFrame],
+    found: dict[str, DataFrame],
+    options: ExportOptions,
+) -> dict[str, Any]:
+    limit = options.max_report_rows
+    violations, v_cut = _rows(
+        found["violations"], limit, "group_id", "kind", "resource", "event_id"
+    )
+    rebalances, r_cut = _rows(
+        found["rebalances"].drop("moves", "bumped_at"),
+        limit,
+        F.col("bump_event_id").desc(),
+    )
+    rebalances.sort(key=lambda r: (r["group_id"], r["group_epoch"]))
+    moves, m_cut = _rows(
+        found["connector_moves"], limit, F.col("task_moves").desc(), "group_id", "connector"
+    )
+    by_kind = {r["kind"]: r["count"] for r in found["violations"].groupBy("kind").count().collect()}
+    lost = (
+        found["lost_resources"]
+        .agg(
+            F.count("*").alias("count"),
+            F.max("waited_ms").alias("max_wait_ms"),
+            F.sum(F.col("restarted_at_ms").isNull().cast("int")).alias("still_waiting"),
+        )
+        .collect()[0]
+    )
+    groups = (
+        tables["groups"]
+        .select("group_id", "group_epoch")
+        .join(
+            tables["members"].groupBy("group_id").agg(F.count("*").alias("members")),
+            "group_id",
+            "left",
+        )
+        .join(
+            tables["catalogue"].groupBy("group_id").agg(F.count("*").alias("catalogue_resources")),
+            "group_id",
+            "left",
+        )
+        .join(
+            found["rebalances"].groupBy("group_id").agg(F.count("*").alias("rebalances")),
+            "group_id",
+            "left",
+        )
+        .join(
+            found["violations"].groupBy("group_id").agg(F.count("*").alias("violations")),
+            "group_id",
+            "left",
+        )
+        .fillna(0, ["members", "catalogue_resources", "rebalances", "violations"])
+    )
+    group_rows, g_cut = _rows(groups, limit, "group_id")
+    return {
+        "export_date": run.export_date,
+        "exported_at": run.exported_at,
+        "source": run.source,
+        "watermark": {
+            "since_event_id": event_range.since_event_id,
+            "until_event_id": event_range.until_event_id,
+            "snapshot_after_event_id": run.snapshot_after_event_id,
+            "why": event_range.why,
+        },
+        "grace_ms": config.grace_ms,
+        "as_of_ms": config.as_of_ms,
+        "rows": {k: v for k, v in run.table_rows.items() if not k.startswith("findings/")},
+        "finding_rows": {
+            k.removeprefix("findings/"): v
+            for k, v in run.table_rows.items()
+            if k.startswith("findings/")
+        },
+        "groups": group_rows,
+        "violation_count": int(sum(by_kind.values())),
+        "violations_by_kind": by_kind,
+        "violations": violations,
+        "rebalances": rebalances,
+        "connector_moves": moves,
+        "lost_resources": {
+            "count": int(lost["count"] or 0),
+            "max_wait_ms": lost["max_wait_ms"],
+            "still_waiting": int(lost["still_waiting"] or 0),
+        },
+        "truncated": {
+            "violations": v_cut,
+            "rebalances": r_cut,
+            "connector_moves": m_cut,
+            "groups": g_cut,
+        },
+    }
+
+
+MAX_TIMELINE_GROUPS = 20
+MAX_INTERVALS_PER_GROUP = 20_000
+
+
+def _timelines(found: dict[str, DataFrame], as_of_ms: int) -> list[report.GroupTimeline]:
+    """The intervals and epoch bumps the report draws, for the most active groups."""
+    ownership, rebalances = found["ownership"], found["rebalances"]
+    busiest = [
+        r["group_id"]
+        for r in rebalances.groupBy("group_id")
+        .count()
+        .orderBy(F.col("count").desc(), "group_id")
+        .limit(MAX_TIMELINE_GROUPS)
+        .collect()
+    ]
+    if not busiest:
+        busiest = [
+            r["group_id"]
+            for r in ownership.select("group_id").distinct().limit(MAX_TIMELINE_GROUPS).collect()
+        ]
+    own = ownership.filter(F.col("group_id").isin(busiest))
+    per_resource = own.groupBy("group_id", "resource").agg(F.count("*").alias("n"))
+    w = Window.partitionBy("group_id").orderBy(F.col("n").desc(), "resource")
+    ranked = per_resource.withColumn("rank", F.row_number().over(w))
+    totals = {r["group_id"]: r["count"] for r in per_resource.groupBy("group_id").count().collect()}
+    lanes = ranked.filter(F.col("rank") <= report.MAX_LANES).select("group_id", "resource")
+    intervals = (
+        own.join(lanes, ["group_id", "resource"], "left_semi")
+        .select("group_id", "resource", "member_id", "start_ms", "end_ms")
+        .limit(MAX_INTERVALS_PER_GROUP * max(1, len(busiest)))
+        .collect()
+    )
+    markers = (
+        rebalances.filter(F.col("group_id").isin(busiest))
+        .select("group_id", "group_epoch", "bumped_at_ms", "reason")
+        .collect()
+    )
+    out = {
+        g: report.GroupTimeline(g, resources_total=totals.get(g, 0), as_of_ms=as_of_ms)
+        for g in busiest
+    }
+    for r in intervals:
+        out[r["group_id"]].intervals.append(
+            report.Interval(r["resource"], r["member_id"], r["start_ms"], r["end_ms"])
+        )
+    for r in markers:
+        out[r["group_id"]].markers.append(
+            report.Marker(r["group_epoch"], r["bumped_at_ms"], r["reason"] or "")
+        )
+    return [out[g] for g in sorted(out)]

@@ -1,0 +1,423 @@
+"""Reading the coordinator's tables over Spark JDBC.
+
+The database is named by the coordinator's own SQLAlchemy URL (`postgresql+psycopg://...`,
+`sqlite:///coordinator.db`) or by a JDBC URL. PostgreSQL is read through the PostgreSQL JDBC
+driver, the embedded SQLite file through Xerial's; neither is downloaded: the jars come from
+Debian's `libpostgresql-jdbc-java` and `libxerial-sqlite-jdbc-java` (`/usr/share/java/`) or from
+`spark-submit --jars`.
+
+Every table is read with an explicit column list and an explicit Spark type per column
+(`customSchema`), so both databases give the same DataFrame schema: JSON columns arrive as JSON
+text, timestamps as UTC timestamps (SQLite stores them as text), byte columns as binary. Large
+tables are read in parallel partitions, never through the driver: the event table by ranges of
+its id (`partitionColumn` / `lowerBound` / `upperBound` / `numPartitions`), other large
+PostgreSQL tables by hash predicates on their key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+Dialect = Literal["postgresql", "sqlite"]
+
+DRIVERS: dict[Dialect, str] = {
+    "postgresql": "org.postgresql.Driver",
+    "sqlite": "org.sqlite.JDBC",
+}
+
+DEFAULT_JDBC_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/sqlite-jdbc.jar")
+"""Where Debian's libpostgresql-jdbc-java and libxerial-sqlite-jdbc-java put their jars."""
+
+
+class SourceError(ValueError):
+    """The database URL cannot be read over JDBC."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A database to read, as Spark's JDBC data source needs it.
+
+    Attributes:
+        dialect: `postgresql` or `sqlite`.
+        jdbc_url: the JDBC URL, without credentials.
+        user: database user (PostgreSQL), or None.
+        password: its password, or None.
+        display: the URL with the password hidden, for logs and the summary.
+    """
+
+    dialect: Dialect
+    jdbc_url: str
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    display: str = ""
+
+    @property
+    def driver(self) -> str:
+        return DRIVERS[self.dialect]
+
+    def options(self) -> dict[str, str]:
+        """Connection options common to every read."""
+        opts = {"url": self.jdbc_url, "driver": self.driver}
+        if self.user is not None:
+            opts["user"] = self.user
+        if self.password is not None:
+            opts["password"] = self.password
+        return opts
+
+
+def source_from_url(url: str) -> Source:
+    """A `Source` from a SQLAlchemy URL (as `coordinator-svc serve --database-url` takes) or a
+    JDBC URL (`jdbc:postgresql://...`, `jdbc:sqlite:/path.db`)."""
+    if url.startswith("jdbc:"):
+        return _from_jdbc(url)
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+", 1)[0]
+    if scheme in ("postgresql", "postgres"):
+        if not parts.hostname:
+            raise SourceError(
+                f"{_redact(url)}: name a TCP host; the JDBC driver cannot use a Unix socket"
+            )
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        port = f":{parts.port}" if parts.port else ""
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("user", "password")]
+        jdbc = f"jdbc:postgresql://{host}{port}{parts.path or '/'}"
+        if query:
+            jdbc += "?" + urlencode(query)
+        params = dict(parse_qsl(parts.query))
+        user = unquote(parts.username) if parts.username else params.get("user")
+        password = unquote(parts.password) if parts.password else params.get("password")
+        return Source("postgresql", jdbc, user, password, _redact(url))
+    if scheme == "sqlite":
+        # sqlite:///relative.db and sqlite:////absolute.db, as SQLAlchemy reads them.
+        path = url.split("://", 1)[1]
+        if not path.startswith("/") or path in ("/", "/:memory:"):
+            raise SourceError(f"{url}: an SQLite URL must name a file (sqlite:///path.db)")
+        path = path[1:].split("?", 1)[0]
+        return Source("sqlite", f"jdbc:sqlite:{os.path.abspath(path)}", display=url)
+    raise SourceError(f"{_redact(url)}: unsupported database URL (PostgreSQL or SQLite only)")
+
+
+def _from_jdbc(url: str) -> Source:
+    if url.startswith("jdbc:postgresql:"):
+        return Source("postgresql", url, display=_redact(url))
+    if url.startswith("jdbc:sqlite:"):
+        return Source("sqlite", url, display=url)
+    raise SourceError(f"{_redact(url)}: unsupported JDBC URL (PostgreSQL or SQLite only)")
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url.removeprefix("jdbc:"))
+    if parts.password is None:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
+def with_credentials(source: Source, user: str | None, password: str | None) -> Source:
+    """The source with a user and password set (those given override the URL's)."""
+    return Source(
+        source.dialect,
+        source.jdbc_url,
+        user if user is not None else source.user,
+        password if password is not None else source.password,
+        source.display,
+    )
+
+
+# --- the tables ---------------------------------------------------------------------------
+
+ColumnKind = Literal["string", "int", "long", "json", "time", "binary"]
+
+_SPARK_TYPES: dict[ColumnKind, str] = {
+    "string": "STRING",
+    "int": "INT",
+    "long": "BIGINT",
+    "json": "STRING",
+    "time": "TIMESTAMP",
+    "binary": "BINARY",
+}
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One coordinator table: its columns (name, kind) in order, and the key its parallel
+    partitions are hashed on (PostgreSQL)."""
+
+    name: str
+    columns: tuple[tuple[str, ColumnKind], ...]
+    hash_key: str = "group_id"
+
+    def column_names(self) -> list[str]:
+        return [name for name, _ in self.columns]
+
+    def ddl(self) -> str:
+        """The columns as the export's DataFrames type them (timestamps as timestamps)."""
+        return ", ".join(f"{name} {_SPARK_TYPES[kind]}" for name, kind in self.columns)
+
+    def custom_schema(self, dialect: Dialect) -> str:
+        """Spark's `customSchema`: every column typed; SQLite timestamps are text."""
+        out = []
+        for name, kind in self.columns:
+            spark_type = "STRING" if kind == "time" and dialect == "sqlite" else _SPARK_TYPES[kind]
+            out.append(f"{name} {spark_type}")
+        return ", ".join(out)
+
+
+GROUPS = TableSpec(
+    "groups",
+    (
+        ("group_id", "string"),
+        ("group_type", "string"),
+        ("group_epoch", "int"),
+        ("created_at_ms", "long"),
+        ("assignor_member_id", "string"),
+        ("compute_requested_epoch", "int"),
+        ("excluded_assignors", "json"),
+        ("compute_not_before_ms", "long"),
+        ("last_assignment_error", "int"),
+        ("last_assignment_error_message", "string"),
+        ("prepared", "json"),
+        ("holds", "json"),
+        ("session_floor_ms", "int"),
+        ("session_floor_until_ms", "long"),
+    ),
+)
+GROUP_LEASES = TableSpec(
+    "group_leases",
+    (
+        ("group_id", "string"),
+        ("owner_id", "string"),
+        ("advertised_address", "string"),
+        ("token", "long"),
+        ("lease_until", "time"),
+        ("acquired_at", "time"),
+    ),
+)
+MEMBERS = TableSpec(
+    "members",
+    (
+        ("group_id", "string"),
+        ("member_id", "string"),
+        ("instance_id", "string"),
+        ("url", "string"),
+        ("member_epoch", "int"),
+        ("previous_epoch", "int"),
+        ("state", "string"),
+        ("rebalance_timeout_ms", "int"),
+        ("assignors", "json"),
+        ("assigned", "json"),
+        ("pending_revocation", "json"),
+    ),
+    hash_key="member_id",
+)
+CONNECTORS = TableSpec(
+    "connectors",
+    (("group_id", "string"), ("name", "string"), ("task_count", "int"), ("config", "json")),
+    hash_key="name",
+)
+TARGET_ASSIGNMENTS = TableSpec(
+    "target_assignments",
+    (
+        ("group_id", "string"),
+        ("assignment_epoch", "int"),
+        ("assignor_state", "binary"),
+        ("scheduled_rebalance_at_ms", "long"),
+    ),
+)
+TARGET_ASSIGNMENT_MEMBERS = TableSpec(
+    "target_assignment_members",
+    (
+        ("group_id", "string"),
+        ("member_id", "string"),
+        ("resources", "json"),
+        ("version", "int"),
+        ("metadata", "binary"),
+    ),
+    hash_key="member_id",
+)
+GROUP_CONFIGS = TableSpec(
+    "group_configs",
+    (("group_id", "string"), ("name", "string"), ("value", "string")),
+)
+EVENTS = TableSpec(
+    "events",
+    (
+        ("id", "long"),
+        ("occurred_at", "time"),
+        ("at_ms", "long"),
+        ("group_id", "string"),
+        ("group_epoch", "int"),
+        ("event_type", "string"),
+        ("member_id", "string"),
+        ("payload", "json"),
+    ),
+)
+
+STATE_TABLES = (
+    GROUPS,
+    GROUP_LEASES,
+    MEMBERS,
+    CONNECTORS,
+    TARGET_ASSIGNMENTS,
+    TARGET_ASSIGNMENT_MEMBERS,
+    GROUP_CONFIGS,
+)
+"""Every table but the events: read whole on every run (the snapshot)."""
+
+ALL_TABLES = (*STATE_TABLES, EVENTS)
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadTuning:
+    """How tables are split into parallel JDBC reads.
+
+    Attributes:
+        max_partitions: at most this many parallel reads per table.
+        event_rows_per_partition: event rows per read partition.
+        state_rows_per_partition: rows of a state table per read partition (PostgreSQL only;
+            an SQLite file is read by one connection).
+        fetch_size: JDBC fetch size (rows per round trip).
+    """
+
+    max_partitions: int = 4
+    event_rows_per_partition: int = 250_000
+    state_rows_per_partition: int = 20_000
+    fetch_size: int = 10_000
+
+    def partitions(self, rows: int, per_partition: int) -> int:
+        return max(1, min(self.max_partitions, -(-rows // max(1, per_partition))))
+
+
+def _subquery(spec: TableSpec, where: str | None) -> str:
+    sql = f"SELECT {', '.join(spec.column_names())} FROM {spec.name}"
+    if where:
+        sql += f" WHERE {where}"
+    return f"({sql}) {spec.name}_src"
+
+
+def _finish(df: DataFrame, spec: TableSpec, source: Source) -> DataFrame:
+    """SQLite timestamps (UTC text) -> timestamps; columns in the spec's order."""
+    if source.dialect == "sqlite":
+        for name, kind in spec.columns:
+            if kind == "time":
+                df = df.withColumn(name, F.to_timestamp(F.col(name)))
+    return df.select(*spec.column_names())
+
+
+def read_table(
+    spark: SparkSession,
+    source: Source,
+    spec: TableSpec,
+    *,
+    rows: int = 0,
+    tuning: ReadTuning = ReadTuning(),
+) -> DataFrame:
+    """A whole state table. On PostgreSQL a table of more than `state_rows_per_partition` rows
+    is read by several connections at once, each taking the rows whose key hashes to it."""
+    parts = tuning.partitions(rows, tuning.state_rows_per_partition)
+    props = {
+        **source.options(),
+        "customSchema": spec.custom_schema(source.dialect),
+        "fetchsize": str(tuning.fetch_size),
+    }
+    if source.dialect == "postgresql" and parts > 1:
+        key = spec.hash_key
+        predicates = [f"mod(abs(hashtext({key})::bigint), {parts}) = {i}" for i in range(parts)]
+        df = spark.read.jdbc(
+            source.jdbc_url, _subquery(spec, None), predicates=predicates, properties=props
+        )
+    else:
+        df = (
+            spark.read.format("jdbc")
+            .options(**props)
+            .option("dbtable", _subquery(spec, None))
+            .load()
+        )
+    return _finish(df, spec, source)
+
+
+def read_events(
+    spark: SparkSession,
+    source: Source,
+    after_id: int,
+    until_id: int,
+    *,
+    rows: int,
+    tuning: ReadTuning = ReadTuning(),
+) -> DataFrame:
+    """Events with `after_id < id <= until_id`, read in parallel ranges of the id."""
+    where = f"id > {int(after_id)} AND id <= {int(until_id)}"
+    parts = tuning.partitions(rows, tuning.event_rows_per_partition)
+    reader = (
+        spark.read.format("jdbc")
+        .options(**source.options())
+        .option("fetchsize", str(tuning.fetch_size))
+        .option("customSchema", EVENTS.custom_schema(source.dialect))
+        .option("dbtable", _subquery(EVENTS, where))
+    )
+    if parts > 1 and until_id > after_id + 1:
+        reader = (
+            reader.option("partitionColumn", "id")
+            .option("lowerBound", str(after_id + 1))
+            .option("upperBound", str(until_id + 1))
+            .option("numPartitions", str(parts))
+        )
+    return _finish(reader.load(), EVENTS, source)
+
+
+def query_row(spark: SparkSession, source: Source, sql: str, schema: str) -> Row:
+    """The single row of a small query, run on one JDBC connection (`schema` types it)."""
+    df = (
+        spark.read.format("jdbc")
+        .options(**source.options())
+        .option("query", sql)
+        .option("customSchema", schema)
+        .load()
+    )
+    rows = df.collect()
+    if len(rows) != 1:
+        raise SourceError(f"expected one row from {sql!r}, got {len(rows)}")
+    return rows[0]
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """Row counts of every table and the event id range, read in one query.
+
+    Attributes:
+        rows: rows per state table (by table name).
+        max_event_id: the highest event id (0 when there are none).
+        max_event_at_ms: the latest event time (coordinator clock; 0 when there are none).
+    """
+
+    rows: Mapping[str, int]
+    max_event_id: int
+    max_event_at_ms: int
+
+
+def table_stats(spark: SparkSession, source: Source) -> TableStats:
+    names: Sequence[str] = [spec.name for spec in STATE_TABLES]
+    selects = [f"(SELECT count(*) FROM {n}) AS {n}" for n in names]
+    selects.append("(SELECT coalesce(max(id), 0) FROM events) AS max_event_id")
+    selects.append("(SELECT coalesce(max(at_ms), 0) FROM events) AS max_event_at_ms")
+    schema = ", ".join(f"{n} BIGINT" for n in [*names, "max_event_id", "max_event_at_ms"])
+    row = query_row(spark, source, "SELECT " + ", ".join(selects), schema)
+    return TableStats(
+        {n: int(row[n] or 0) for n in names},
+        int(row["max_event_id"] or 0),
+        int(row["max_event_at_ms"] or 0),
+    )
+
+
+def count_events(spark: SparkSession, source: Source, after_id: int, until_id: int) -> int:
+    sql = f"SELECT count(*) AS n FROM events WHERE id > {int(after_id)} AND id <= {int(until_id)}"
+    return int(query_row(spark, source, sql, "n BIGINT")["n"] or 0)

@@ -1,0 +1,135 @@
+"""Incremental runs: which events a run exports, and the watermark each run records.
+
+Every run has an export date (its logical date, by default today in UTC) and exports the events
+with `since_event_id < id <= until_event_id`. Once everything else is written, the run records
+its range in `<output>/_watermarks/export_date=<date>.json`; that file is the commit point.
+
+- A new export date starts where the previous export date's run ended (its `until_event_id`),
+  and goes up to the highest event id in the database.
+- Re-running the latest export date starts from the same place again, and replaces what that date
+  wrote, picking up events that arrived since: nothing is exported twice, nothing is lost.
+- Re-running an older export date (one with later runs after it) repeats exactly its recorded
+  range, so the output is the same as before.
+- `--since-event-id` overrides the start (and is recorded like any other run).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .fs import OutputFS, join
+
+WATERMARK_DIR = "_watermarks"
+
+
+class WatermarkError(RuntimeError):
+    """The recorded watermarks and the database disagree."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What one committed run exported.
+
+    Attributes:
+        export_date: the run's export date (YYYY-MM-DD).
+        since_event_id: events after this id were exported...
+        until_event_id: ...up to and including this one (the watermark).
+        snapshot_after_event_id: the highest event id before the snapshot was read: the snapshot
+            reflects at least every event up to it.
+        exported_at: when the run finished (UTC, ISO 8601).
+        event_rows: events exported.
+        table_rows: rows written per output table.
+        source: the database (password hidden).
+    """
+
+    export_date: str
+    since_event_id: int
+    until_event_id: int
+    snapshot_after_event_id: int
+    exported_at: str
+    event_rows: int
+    table_rows: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @staticmethod
+    def from_json(text: str) -> RunRecord:
+        data: dict[str, Any] = json.loads(text)
+        return RunRecord(
+            export_date=str(data["export_date"]),
+            since_event_id=int(data["since_event_id"]),
+            until_event_id=int(data["until_event_id"]),
+            snapshot_after_event_id=int(data.get("snapshot_after_event_id", 0)),
+            exported_at=str(data.get("exported_at", "")),
+            event_rows=int(data.get("event_rows", 0)),
+            table_rows={str(k): int(v) for k, v in dict(data.get("table_rows", {})).items()},
+            source=str(data.get("source", "")),
+        )
+
+
+@dataclass(frozen=True)
+class EventRange:
+    """The events a run exports: `since_event_id < id <= until_event_id`.
+
+    Attributes:
+        since_event_id: exclusive lower bound.
+        until_event_id: inclusive upper bound.
+        why: how the range was chosen (for logs and the summary).
+    """
+
+    since_event_id: int
+    until_event_id: int
+    why: str
+
+
+def _path(output: str, export_date: str) -> str:
+    return join(output, WATERMARK_DIR, f"export_date={export_date}.json")
+
+
+def load_runs(fs: OutputFS, output: str) -> list[RunRecord]:
+    """Every committed run under `output`, by export date."""
+    runs = []
+    for name in fs.list_names(join(output, WATERMARK_DIR)):
+        if name.startswith("export_date=") and name.endswith(".json"):
+            runs.append(RunRecord.from_json(fs.read_text(join(output, WATERMARK_DIR, name))))
+    return sorted(runs, key=lambda r: r.export_date)
+
+
+def record_run(fs: OutputFS, output: str, run: RunRecord) -> None:
+    fs.write_text(_path(output, run.export_date), run.to_json())
+
+
+def plan_range(
+    runs: list[RunRecord], export_date: str, max_event_id: int, since_override: int | None
+) -> EventRange:
+    """Which events a run for `export_date` exports (see the module's docstring)."""
+    if since_override is not None:
+        if since_override < 0:
+            raise WatermarkError(f"--since-event-id must be >= 0, not {since_override}")
+        return EventRange(since_override, max(since_override, max_event_id), "--since-event-id")
+    same = next((r for r in runs if r.export_date == export_date), None)
+    later = [r for r in runs if r.export_date > export_date]
+    if same is not None and later:
+        return EventRange(
+            same.since_event_id,
+            same.until_event_id,
+            f"re-run of {export_date}: its recorded range (later dates exist)",
+        )
+    earlier = [r for r in runs if r.export_date < export_date]
+    if same is not None:
+        since, why = same.since_event_id, f"re-run of {export_date}: from its recorded start"
+    elif earlier:
+        since = earlier[-1].until_event_id
+        why = f"after the watermark of {earlier[-1].export_date}"
+    else:
+        since, why = 0, "first run: every event"
+    if max_event_id < since:
+        raise WatermarkError(
+            f"the database's highest event id is {max_event_id}, below the recorded watermark "
+            f"{since}: is this output from another database? Use --since-event-id to override."
+        )
+    return EventRange(since, max_event_id, why)
