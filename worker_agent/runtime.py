@@ -379,7 +379,7 @@ class Agent:
         if prepared.error_code != 0:
             log.warning(
                 "PrepareAssignment refused: %s %s",
-                _code_name(prepared.error_code),
+                wire.error_code(prepared.error_code).name,
                 prepared.error_message,
             )
             return
@@ -411,7 +411,7 @@ class Agent:
             log.warning(
                 "InstallAssignment for group epoch %d refused: %s %s",
                 group.group_epoch,
-                _code_name(answer.error_code),
+                wire.error_code(answer.error_code).name,
                 answer.error_message,
             )
             return
@@ -433,13 +433,6 @@ def _rpc_error(error: grpc.RpcError) -> str:
     code = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else str(error)
     return f"{getattr(code, 'name', code)}: {details}"
-
-
-def _code_name(value: int) -> str:
-    try:
-        return ErrorCode(value).name
-    except ValueError:
-        return str(value)
 
 
 def _describe(resources: ResourceSet) -> str:

@@ -39,7 +39,8 @@ def heartbeat_request(req: HeartbeatRequest) -> Any:
     return out
 
 
-def _error_code(value: int) -> ErrorCode:
+def error_code(value: int) -> ErrorCode:
+    """A wire error code as the enum; codes this client does not know are UNKNOWN_SERVER_ERROR."""
     try:
         return ErrorCode(value)
     except ValueError:
@@ -54,7 +55,7 @@ def heartbeat_response(msg: Any) -> HeartbeatResponse:
             resources_from(a.connectors_and_tasks), a.version, bytes(a.metadata), a.error
         )
     return HeartbeatResponse(
-        error_code=_error_code(msg.error_code),
+        error_code=error_code(msg.error_code),
         error_message=msg.error_message,
         member_epoch=msg.member_epoch,
         heartbeat_interval_ms=msg.heartbeat_interval_ms,
