@@ -15,15 +15,13 @@ Output layout under the output path (every table Parquet, partitioned by export 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from functools import partial, reduce
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -71,9 +69,10 @@ class ExportResult:
         event_range: the events exported and why.
         summary: the JSON summary (None without findings).
         paths: where the summary and report were written.
-        timings: seconds per phase: `snapshot_read` (the state tables read and held), `tables`
-            (the snapshot tables and the events written, at once; `events` is the events'
-            part of it), `findings`, `report`.
+        timings: seconds: `export` (the snapshot and the events read and written, from the
+            start of the run), of which `snapshot` (the snapshot tables, from the start) and
+            `events` (the events' job, which runs beside the snapshot); then `findings` and
+            `report`.
         source_rows: rows read from the database per table.
     """
 
@@ -103,26 +102,16 @@ def _events_schema() -> StructType:
     return schema
 
 
-def _count_all(tables: dict[str, DataFrame]) -> dict[str, int]:
-    """Row counts of several DataFrames in one Spark job (which also fills their caches)."""
-    parts = [
-        df.groupBy().count().select(F.lit(name).alias("table"), F.col("count"))
-        for name, df in tables.items()
-    ]
-    counts = {r["table"]: int(r["count"]) for r in reduce(DataFrame.unionByName, parts).collect()}
-    return {name: counts.get(name, 0) for name in tables}
-
-
-def _parallel(jobs: dict[str, Callable[[], int]], workers: int = 8) -> dict[str, int]:
-    """Run Spark actions from several threads at once: a small table's write is mostly
-    latency (planning, scheduling, committing files), which overlaps well with other work."""
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="audit-export") as pool:
-        futures = {name: pool.submit(job) for name, job in jobs.items()}
-        return {name: future.result() for name, future in futures.items()}
-
-
-def _write_small(fs: OutputFS, df: DataFrame, path: str, export_date: str, rows: int) -> None:
-    snapshot.write_partitioned(fs, df, path, export_date, files=max(1, min(4, rows // 500_000 + 1)))
+def _write_counted(
+    fs: OutputFS, df: DataFrame, path: str, export_date: str, *, files: int = 0
+) -> int:
+    """Write `df` (see `snapshot.write_partitioned`) and return how many rows it wrote, counted
+    by the write itself (an observed metric), not by a second pass over the data."""
+    seen = Observation(path)
+    snapshot.write_partitioned(
+        fs, df.observe(seen, F.count(F.lit(1)).alias("rows")), path, export_date, files=files
+    )
+    return int(seen.get["rows"])
 
 
 def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
@@ -142,7 +131,7 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
     persisted: list[DataFrame] = []
 
     def hold(df: DataFrame) -> DataFrame:
-        """Cache a table read from the database (read once, used by several outputs)."""
+        """Cache a result that several outputs read."""
         if df.is_cached:
             return df
         kept = df.persist(StorageLevel.MEMORY_AND_DISK)
@@ -154,60 +143,50 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
         their plans stay small (planning a long lineage costs seconds per step)."""
         return df.localCheckpoint(eager=True)
 
+    # A snapshot or findings table is written by this many tasks (so as many files per group and
+    # export date at most); the events keep their read partitions.
+    small_files = max(1, spark.sparkContext.defaultParallelism)
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="audit-export")
     try:
-        # 1. The snapshot, read whole and held, so every table derived from it agrees.
-        started = time.monotonic()
-        stats = source.table_stats(spark, src)
-        raw = {
-            spec.name: hold(
-                source.read_table(
-                    spark, src, spec, rows=stats.rows.get(spec.name, 0), tuning=tuning
+        began = time.monotonic()
+        with source.pinned_snapshot(spark, src) as (stats, session_init):
+            # 1. Which events this run exports: up to the highest id in the snapshot, so the
+            #    snapshot reflects at least every exported event.
+            event_range = plan_range(
+                load_runs(fs, out), export_date, stats.max_event_id, options.since_event_id
+            )
+
+            # 2. The events stream from parallel JDBC reads straight to Parquet, started first:
+            #    they are most of the work, and the snapshot is written beside them.
+            def write_events() -> int:
+                started = time.monotonic()
+                events = source.read_events(
+                    spark,
+                    src,
+                    event_range.since_event_id,
+                    event_range.until_event_id,
+                    tuning=tuning,
                 )
-            )
-            for spec in source.STATE_TABLES
-        }
-        source_rows = _count_all(raw)
-        snapshot_after = stats.max_event_id
-        runs = load_runs(fs, out)
-        after = source.table_stats(spark, src)
-        event_range = plan_range(runs, export_date, after.max_event_id, options.since_event_id)
+                rows = _write_counted(fs, events, join(out, "events"), export_date)
+                timings["events"] = time.monotonic() - started
+                return rows
 
-        tables = {name: hold(df) for name, df in snapshot.build(raw).items()}
-        timings["snapshot_read"] = time.monotonic() - started
+            events_job = pool.submit(write_events)
 
-        # 2. The snapshot tables and this run's events, written at once: the events stream
-        #    from parallel JDBC reads straight to Parquet while the small tables are written.
-        started = time.monotonic()
-
-        def write_table(name: str) -> int:
-            rows = tables[name].count()
-            _write_small(fs, tables[name], join(out, name), export_date, rows)
-            return rows
-
-        def write_events() -> int:
-            began = time.monotonic()
-            n = source.count_events(
-                spark, src, event_range.since_event_id, event_range.until_event_id
-            )
-            events = source.read_events(
-                spark,
-                src,
-                event_range.since_event_id,
-                event_range.until_event_id,
-                rows=n,
-                tuning=tuning,
-            )
-            snapshot.write_partitioned(fs, events, join(out, "events"), export_date)
-            timings["events"] = time.monotonic() - began
-            return n
-
-        jobs: dict[str, Callable[[], int]] = {
-            name: partial(write_table, name) for name in snapshot.SNAPSHOT_TABLES
-        }
-        jobs["events"] = write_events
-        table_rows = _parallel(jobs)
-        n_events = source_rows["events"] = table_rows["events"]
-        timings["tables"] = time.monotonic() - started
+            # 3. The snapshot: every table read at the same instant (PostgreSQL), each streamed
+            #    from JDBC to Parquet.
+            tables = snapshot.read(spark, src, stats, tuning=tuning, session_init=session_init)
+            writes = {
+                name: pool.submit(
+                    _write_counted, fs, df, join(out, name), export_date, files=small_files
+                )
+                for name, df in tables.items()
+            }
+            table_rows = {name: job.result() for name, job in writes.items()}
+        timings["snapshot"] = time.monotonic() - began
+        table_rows["events"] = n_events = events_job.result()
+        timings["export"] = time.monotonic() - began
+        source_rows = {**stats.rows, "events": n_events}
 
         summary: dict[str, Any] | None = None
         paths: dict[str, str] = {}
@@ -216,37 +195,43 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             export_date=export_date,
             since_event_id=event_range.since_event_id,
             until_event_id=event_range.until_event_id,
-            snapshot_after_event_id=snapshot_after,
+            snapshot_after_event_id=stats.max_event_id,
             exported_at=datetime.now(UTC).isoformat(timespec="seconds"),
             event_rows=n_events,
             table_rows=table_rows,
             source=src.display,
         )
 
-        # 3. Findings over every exported event, and the report.
+        # 4. Findings over every exported event, and the report.
         if options.findings:
             started = time.monotonic()
             config = fnd.FindingsConfig(
                 grace_ms=options.grace_ms,
-                as_of_ms=max(now_ms, after.max_event_at_ms),
-                snapshot_after_event_id=snapshot_after,
+                as_of_ms=max(now_ms, stats.max_event_at_ms),
+                snapshot_after_event_id=stats.max_event_id,
             )
-            found = fnd.compute(_all_events(spark, fs, out), tables, config, keep)
+            exported = {
+                name: snapshot.read_exported(spark, fs, join(out, name), export_date)
+                for name in snapshot.SNAPSHOT_TABLES
+            }
+            found = fnd.compute(_all_events(spark, fs, out), exported, config, keep)
             finding_tables = {name: hold(df) for name, df in found.tables().items()}
-
-            def write_finding(name: str) -> int:
-                rows = finding_tables[name].count()
-                _write_small(
-                    fs, finding_tables[name], join(out, "findings", name), export_date, rows
+            written = {
+                name: pool.submit(
+                    _write_counted,
+                    fs,
+                    df,
+                    join(out, "findings", name),
+                    export_date,
+                    files=small_files,
                 )
-                return rows
-
-            written = _parallel({name: partial(write_finding, name) for name in finding_tables})
-            table_rows.update({f"findings/{name}": rows for name, rows in written.items()})
+                for name, df in finding_tables.items()
+            }
+            table_rows.update({f"findings/{name}": job.result() for name, job in written.items()})
             timings["findings"] = time.monotonic() - started
 
             started = time.monotonic()
-            summary = _summary(run, event_range, config, tables, finding_tables, options)
+            summary = _summary(run, event_range, config, exported, finding_tables, options)
             timelines = _timelines(finding_tables, config.as_of_ms)
             base = join(out, "reports", f"export_date={export_date}")
             paths = {"summary": join(base, "summary.json"), "report": join(base, "report.html")}
@@ -257,6 +242,7 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
         record_run(fs, out, run)
         return ExportResult(run, event_range, summary, paths, timings, source_rows)
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         for df in persisted:
             df.unpersist()
 

@@ -43,6 +43,9 @@ def local_session(
         .appName(app_name)
         .config("spark.jars", ",".join(jars))
         .config("spark.driver.memory", driver_memory)
+        # A batch job: the throughput collector costs less CPU than the default G1 (measured:
+        # about a second less per million events on two cores).
+        .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")

@@ -1,5 +1,6 @@
-"""The snapshot: the coordinator's current state as analyst-friendly tables, and how every output
-table is written (Parquet, partitioned by export date and group).
+"""The snapshot: the coordinator's current state as analyst-friendly tables, read over JDBC (the
+derived ones flattened by the database, see `snapshot_sql`), and how every output table is
+written (Parquet, partitioned by export date and group).
 
 Tables (each with `group_id`; `export_date` is added when written):
 
@@ -17,13 +18,14 @@ Tables (each with `group_id`; `export_date` is added when written):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from functools import partial
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType
+from pyspark.sql.types import MapType, StringType, StructType
 
-from . import events as ev
+from . import snapshot_sql, source
 from .fs import OutputFS, join
 
 PARTITION_COLUMNS = ("export_date", "group_id")
@@ -42,155 +44,47 @@ SNAPSHOT_TABLES = (
 )
 
 
-def catalogue(connectors: DataFrame) -> DataFrame:
-    """One row per connector and per task of every connector in the catalogue."""
-    base = connectors.select(
-        "group_id",
-        F.col("name").alias("connector"),
-        "task_count",
-        F.from_json("config", MapType(StringType(), StringType())).alias("config"),
-    )
-    connector_rows = base.select(
-        "group_id",
-        F.col("connector").alias("resource"),
-        F.lit("connector").alias("resource_type"),
-        "connector",
-        F.lit(None).cast("int").alias("task"),
-        "task_count",
-        "config",
-    )
-    task_rows = base.select(
-        "group_id",
-        "connector",
-        "task_count",
-        F.explode(
-            F.when(
-                F.col("task_count") > 0, F.sequence(F.lit(0), F.col("task_count") - 1)
-            ).otherwise(F.array().cast("array<int>"))
-        ).alias("task"),
-    ).select(
-        "group_id",
-        F.concat(F.col("connector"), F.lit("-"), F.col("task").cast("string")).alias("resource"),
-        F.lit("task").alias("resource_type"),
-        "connector",
-        "task",
-        "task_count",
-        F.lit(None).cast(MapType(StringType(), StringType())).alias("config"),
-    )
-    return connector_rows.unionByName(task_rows)
+RAW_TABLES = (source.GROUPS, source.GROUP_LEASES, source.MEMBERS, source.GROUP_CONFIGS)
+"""The snapshot tables written as stored."""
 
 
-def _explode_items(df: DataFrame, json_column: str) -> DataFrame:
-    """Rows of `df` times the resources of its JSON resource-set column."""
-    item = ev.items(F.from_json(F.col(json_column), ev.RESOURCE_SET))
-    return df.withColumn("_item", F.explode(item)).select(
-        "*",
-        F.col("_item.resource").alias("resource"),
-        F.col("_item.resource_type").alias("resource_type"),
-        F.col("_item.connector").alias("connector"),
-        F.col("_item.task").alias("task"),
-    )
-
-
-def target_assignment(
-    target_members: DataFrame, targets: DataFrame, groups: DataFrame, members: DataFrame
-) -> DataFrame:
-    """One row per resource of each member's share of the target."""
-    rows = _explode_items(
-        target_members.select("group_id", "member_id", "resources", "version"), "resources"
-    )
-    return (
-        rows.join(
-            targets.select("group_id", "assignment_epoch", "scheduled_rebalance_at_ms"),
-            "group_id",
-            "left",
+def read(
+    spark: SparkSession,
+    src: source.Source,
+    stats: source.TableStats,
+    *,
+    tuning: source.ReadTuning = source.DEFAULT_TUNING,
+    session_init: str | None = None,
+) -> dict[str, DataFrame]:
+    """Every snapshot table (by name, in `SNAPSHOT_TABLES` order) as a JDBC read: the stored
+    tables as they are, the derived ones flattened by the database (`snapshot_sql`). With
+    `session_init` from `source.pinned_snapshot`, all of them read the same instant."""
+    tables = {
+        spec.name: source.read_table(
+            spark,
+            src,
+            spec,
+            rows=stats.rows.get(spec.name, 0),
+            tuning=tuning,
+            session_init=session_init,
         )
-        .join(groups.select("group_id", "group_epoch"), "group_id", "left")
-        .join(
-            members.select(
-                "group_id",
-                "member_id",
-                "member_epoch",
-                F.col("state").alias("member_state"),
-            ),
-            ["group_id", "member_id"],
-            "left",
-        )
-        .select(
-            "group_id",
-            "member_id",
-            "resource",
-            "resource_type",
-            "connector",
-            "task",
-            "assignment_epoch",
-            "group_epoch",
-            F.col("version").alias("target_version"),
-            "member_epoch",
-            "member_state",
-            "scheduled_rebalance_at_ms",
-        )
-    )
-
-
-def current_assignment(
-    members: DataFrame, groups: DataFrame, targets: DataFrame, target: DataFrame
-) -> DataFrame:
-    """One row per resource each member owns or must still give up."""
-    base = members.select(
-        "group_id",
-        "member_id",
-        "instance_id",
-        "member_epoch",
-        "previous_epoch",
-        F.col("state").alias("member_state"),
-        "assigned",
-        "pending_revocation",
-    )
-    owned = _explode_items(base, "assigned").withColumn("pending_revocation", F.lit(False))
-    pending = _explode_items(
-        base.drop("assigned").withColumnRenamed("pending_revocation", "pending_json"),
-        "pending_json",
-    ).withColumn("pending_revocation", F.lit(True))
-    columns = [
-        "group_id",
-        "member_id",
-        "instance_id",
-        "resource",
-        "resource_type",
-        "connector",
-        "task",
-        "pending_revocation",
-        "member_epoch",
-        "previous_epoch",
-        "member_state",
-    ]
-    rows = owned.select(*columns).unionByName(pending.select(*columns))
-    return (
-        rows.join(groups.select("group_id", "group_epoch"), "group_id", "left")
-        .join(targets.select("group_id", "assignment_epoch"), "group_id", "left")
-        .join(
-            target.select("group_id", "resource", F.col("member_id").alias("target_member_id")),
-            ["group_id", "resource"],
-            "left",
-        )
-        .select(*columns, "group_epoch", "assignment_epoch", "target_member_id")
-    )
-
-
-def build(raw: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
-    """The snapshot tables from the raw tables (keyed by table name)."""
-    groups, members, targets = raw["groups"], raw["members"], raw["target_assignments"]
-    target = target_assignment(raw["target_assignment_members"], targets, groups, members)
-    return {
-        "groups": groups,
-        "group_leases": raw["group_leases"],
-        "members": members,
-        "catalogue": catalogue(raw["connectors"]),
-        "target_assignment": target,
-        "current_assignment": current_assignment(members, groups, targets, target),
-        "group_configs": raw["group_configs"],
+        for spec in RAW_TABLES
     }
+    for table in snapshot_sql.DERIVED_TABLES:
+        df = source.read_query(
+            spark,
+            src,
+            table.name,
+            partial(table.sql, src.dialect),
+            table.ddl(),
+            rows=stats.rows.get(table.source_table, 0),
+            tuning=tuning,
+            session_init=session_init,
+        ).select(*table.column_names())
+        if table.name == "catalogue":
+            df = df.withColumn("config", F.from_json("config", MapType(StringType(), StringType())))
+        tables[table.name] = df
+    return {name: tables[name] for name in SNAPSHOT_TABLES}
 
 
 def write_partitioned(
@@ -208,3 +102,12 @@ def write_partitioned(
     out.write.mode("append").partitionBy(*PARTITION_COLUMNS).parquet(path)
     # A table with no rows at all has no Parquet file to take a schema from: keep it beside.
     fs.write_text(join(path, SCHEMA_FILE), out.schema.json())
+
+
+def read_exported(spark: SparkSession, fs: OutputFS, path: str, export_date: str) -> DataFrame:
+    """What `write_partitioned` wrote under `path` for `export_date` (empty if nothing was)."""
+    schema = StructType.fromJson(json.loads(fs.read_text(join(path, SCHEMA_FILE))))
+    part = join(path, f"export_date={export_date}")
+    if not fs.exists(part):
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).option("basePath", path).parquet(part)

@@ -17,12 +17,14 @@ PostgreSQL tables by hash predicates on their key.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import reduce
+from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 Dialect = Literal["postgresql", "sqlite"]
@@ -161,10 +163,17 @@ class TableSpec:
         return ", ".join(f"{name} {_SPARK_TYPES[kind]}" for name, kind in self.columns)
 
     def custom_schema(self, dialect: Dialect) -> str:
-        """Spark's `customSchema`: every column typed; SQLite timestamps are text."""
+        """Spark's `customSchema`: every column typed. SQLite timestamps are text; PostgreSQL
+        JSON arrives as its UTF-8 bytes (`_finish` makes them strings without decoding and
+        re-encoding them, which is most of the JDBC driver's work on the events)."""
         out = []
         for name, kind in self.columns:
-            spark_type = "STRING" if kind == "time" and dialect == "sqlite" else _SPARK_TYPES[kind]
+            if kind == "time" and dialect == "sqlite":
+                spark_type = "STRING"
+            elif kind == "json" and dialect == "postgresql":
+                spark_type = "BINARY"
+            else:
+                spark_type = _SPARK_TYPES[kind]
             out.append(f"{name} {spark_type}")
         return ", ".join(out)
 
@@ -297,20 +306,76 @@ class ReadTuning:
         return max(1, min(self.max_partitions, -(-rows // max(1, per_partition))))
 
 
-def _subquery(spec: TableSpec, where: str | None) -> str:
+DEFAULT_TUNING = ReadTuning()
+
+
+def _select(spec: TableSpec, where: str | None) -> str:
     sql = f"SELECT {', '.join(spec.column_names())} FROM {spec.name}"
     if where:
         sql += f" WHERE {where}"
-    return f"({sql}) {spec.name}_src"
+    return sql
+
+
+def _subquery(spec: TableSpec, where: str | None) -> str:
+    return f"({_select(spec, where)}) {spec.name}_src"
 
 
 def _finish(df: DataFrame, spec: TableSpec, source: Source) -> DataFrame:
-    """SQLite timestamps (UTC text) -> timestamps; columns in the spec's order."""
-    if source.dialect == "sqlite":
-        for name, kind in spec.columns:
-            if kind == "time":
-                df = df.withColumn(name, F.to_timestamp(F.col(name)))
-    return df.select(*spec.column_names())
+    """Columns typed as the spec says (see `TableSpec.custom_schema`), in its order."""
+    columns = []
+    for name, kind in spec.columns:
+        if kind == "time" and source.dialect == "sqlite":
+            columns.append(F.to_timestamp(F.col(name)).alias(name))
+        elif kind == "json" and source.dialect == "postgresql":
+            columns.append(F.col(name).cast("string").alias(name))
+        else:
+            columns.append(F.col(name))
+    return df.select(*columns)
+
+
+def _hash_condition(key: str, parts: int, part: int) -> str:
+    """PostgreSQL: the rows whose `key` hashes to `part` of `parts`."""
+    return f"mod(abs(hashtext({key})::bigint), {parts}) = {part}"
+
+
+def read_query(
+    spark: SparkSession,
+    source: Source,
+    name: str,
+    sql: Callable[[str | None], str],
+    custom_schema: str,
+    *,
+    rows: int = 0,
+    tuning: ReadTuning = ReadTuning(),
+    session_init: str | None = None,
+) -> DataFrame:
+    """The rows of a query. `sql(condition)` gives the query, limited to the rows meeting
+    `condition` when it is not None (a condition on a `{key}` placeholder, which the query
+    replaces by its key column): on PostgreSQL, a source of more than `state_rows_per_partition`
+    rows is read by several connections at once, each taking the rows whose key hashes to it.
+    `session_init` runs first on every connection (see `pinned_snapshot`)."""
+    parts = tuning.partitions(rows, tuning.state_rows_per_partition)
+    props = {
+        **source.options(),
+        "customSchema": custom_schema,
+        "fetchsize": str(tuning.fetch_size),
+    }
+    if session_init:
+        props["sessionInitStatement"] = session_init
+    if source.dialect == "postgresql" and parts > 1:
+        # One query per partition, each reading its share of the source rows.
+        queries = [sql(_hash_condition("{key}", parts, i)) for i in range(parts)]
+        frames = [
+            spark.read.format("jdbc").options(**props).option("dbtable", f"({q}) {name}_src").load()
+            for q in queries
+        ]
+        return reduce(DataFrame.unionByName, frames)
+    return (
+        spark.read.format("jdbc")
+        .options(**props)
+        .option("dbtable", f"({sql(None)}) {name}_src")
+        .load()
+    )
 
 
 def read_table(
@@ -320,28 +385,23 @@ def read_table(
     *,
     rows: int = 0,
     tuning: ReadTuning = ReadTuning(),
+    session_init: str | None = None,
 ) -> DataFrame:
-    """A whole state table. On PostgreSQL a table of more than `state_rows_per_partition` rows
-    is read by several connections at once, each taking the rows whose key hashes to it."""
-    parts = tuning.partitions(rows, tuning.state_rows_per_partition)
-    props = {
-        **source.options(),
-        "customSchema": spec.custom_schema(source.dialect),
-        "fetchsize": str(tuning.fetch_size),
-    }
-    if source.dialect == "postgresql" and parts > 1:
-        key = spec.hash_key
-        predicates = [f"mod(abs(hashtext({key})::bigint), {parts}) = {i}" for i in range(parts)]
-        df = spark.read.jdbc(
-            source.jdbc_url, _subquery(spec, None), predicates=predicates, properties=props
-        )
-    else:
-        df = (
-            spark.read.format("jdbc")
-            .options(**props)
-            .option("dbtable", _subquery(spec, None))
-            .load()
-        )
+    """A whole state table (in parallel by its `hash_key`, see `read_query`)."""
+
+    def sql(condition: str | None) -> str:
+        return _select(spec, condition.format(key=spec.hash_key) if condition else None)
+
+    df = read_query(
+        spark,
+        source,
+        spec.name,
+        sql,
+        spec.custom_schema(source.dialect),
+        rows=rows,
+        tuning=tuning,
+        session_init=session_init,
+    )
     return _finish(df, spec, source)
 
 
@@ -351,12 +411,12 @@ def read_events(
     after_id: int,
     until_id: int,
     *,
-    rows: int,
     tuning: ReadTuning = ReadTuning(),
 ) -> DataFrame:
-    """Events with `after_id < id <= until_id`, read in parallel ranges of the id."""
+    """Events with `after_id < id <= until_id`, read in parallel ranges of the id (split by the
+    id span, which is the row count but for ids lost to rolled-back transactions)."""
     where = f"id > {int(after_id)} AND id <= {int(until_id)}"
-    parts = tuning.partitions(rows, tuning.event_rows_per_partition)
+    parts = tuning.partitions(until_id - after_id, tuning.event_rows_per_partition)
     reader = (
         spark.read.format("jdbc")
         .options(**source.options())
@@ -374,21 +434,6 @@ def read_events(
     return _finish(reader.load(), EVENTS, source)
 
 
-def query_row(spark: SparkSession, source: Source, sql: str, schema: str) -> Row:
-    """The single row of a small query, run on one JDBC connection (`schema` types it)."""
-    df = (
-        spark.read.format("jdbc")
-        .options(**source.options())
-        .option("query", sql)
-        .option("customSchema", schema)
-        .load()
-    )
-    rows = df.collect()
-    if len(rows) != 1:
-        raise SourceError(f"expected one row from {sql!r}, got {len(rows)}")
-    return rows[0]
-
-
 @dataclass(frozen=True)
 class TableStats:
     """Row counts of every table and the event id range, read in one query.
@@ -396,7 +441,7 @@ class TableStats:
     Attributes:
         rows: rows per state table (by table name).
         max_event_id: the highest event id (0 when there are none).
-        max_event_at_ms: the latest event time (coordinator clock; 0 when there are none).
+        max_event_at_ms: the time of the last event (coordinator clock; 0 when there are none).
     """
 
     rows: Mapping[str, int]
@@ -404,20 +449,80 @@ class TableStats:
     max_event_at_ms: int
 
 
-def table_stats(spark: SparkSession, source: Source) -> TableStats:
-    names: Sequence[str] = [spec.name for spec in STATE_TABLES]
+def _stats_sql() -> tuple[str, list[str]]:
+    names = [spec.name for spec in STATE_TABLES]
     selects = [f"(SELECT count(*) FROM {n}) AS {n}" for n in names]
     selects.append("(SELECT coalesce(max(id), 0) FROM events) AS max_event_id")
-    selects.append("(SELECT coalesce(max(at_ms), 0) FROM events) AS max_event_at_ms")
-    schema = ", ".join(f"{n} BIGINT" for n in [*names, "max_event_id", "max_event_at_ms"])
-    row = query_row(spark, source, "SELECT " + ", ".join(selects), schema)
-    return TableStats(
-        {n: int(row[n] or 0) for n in names},
-        int(row["max_event_id"] or 0),
-        int(row["max_event_at_ms"] or 0),
+    selects.append(
+        "(SELECT coalesce(max(at_ms), 0) FROM "
+        "(SELECT at_ms FROM events ORDER BY id DESC LIMIT 1) last) AS max_event_at_ms"
     )
+    return "SELECT " + ", ".join(selects), names
 
 
-def count_events(spark: SparkSession, source: Source, after_id: int, until_id: int) -> int:
-    sql = f"SELECT count(*) AS n FROM events WHERE id > {int(after_id)} AND id <= {int(until_id)}"
-    return int(query_row(spark, source, sql, "n BIGINT")["n"] or 0)
+def _connect(spark: SparkSession, source: Source) -> Any:
+    """A JDBC connection in the driver's JVM (through the driver jar Spark loaded)."""
+    jvm: Any = spark.sparkContext._jvm
+    registry = jvm.org.apache.spark.sql.execution.datasources.jdbc.DriverRegistry
+    registry.register(source.driver)
+    driver = registry.get(source.driver)
+    props = jvm.java.util.Properties()
+    for key in ("user", "password"):
+        value = getattr(source, key)
+        if value is not None:
+            props.setProperty(key, value)
+    conn = driver.connect(source.jdbc_url, props)
+    if conn is None:
+        raise SourceError(f"{source.display}: the JDBC driver does not accept this URL")
+    return conn
+
+
+def _read_stats(conn: Any) -> TableStats:
+    sql, names = _stats_sql()
+    stmt = conn.createStatement()
+    try:
+        rs = stmt.executeQuery(sql)
+        rs.next()
+        counts = {n: int(rs.getLong(n)) for n in names}
+        return TableStats(
+            counts, int(rs.getLong("max_event_id")), int(rs.getLong("max_event_at_ms"))
+        )
+    finally:
+        stmt.close()
+
+
+@contextmanager
+def pinned_snapshot(spark: SparkSession, source: Source) -> Iterator[tuple[TableStats, str | None]]:
+    """The database's state at one instant, for reads on many connections.
+
+    PostgreSQL: a REPEATABLE READ transaction on one connection in the driver exports its
+    snapshot (`pg_export_snapshot`) and stays open while the block runs; every read given the
+    yielded session-init statement imports that snapshot, so all of them, and the yielded
+    stats, see exactly the same committed state. SQLite: the stats, and no statement (the file
+    is read as it is; the coordinator writes it from one process)."""
+    conn = _connect(spark, source)
+    try:
+        if source.dialect != "postgresql":
+            conn.setAutoCommit(True)
+            yield _read_stats(conn), None
+            return
+        conn.setAutoCommit(False)
+        conn.setTransactionIsolation(4)  # java.sql.Connection.TRANSACTION_REPEATABLE_READ
+        stmt = conn.createStatement()
+        try:
+            # The transaction idles while the snapshot is read: a server-wide idle timeout
+            # must not end it (the reads could no longer import its snapshot).
+            stmt.execute("SET idle_in_transaction_session_timeout = 0")
+            rs = stmt.executeQuery("SELECT pg_export_snapshot()")
+            rs.next()
+            snapshot_id = str(rs.getString(1))
+        finally:
+            stmt.close()
+        stats = _read_stats(conn)
+        yield (
+            stats,
+            (f"BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{snapshot_id}'"),
+        )
+        conn.rollback()
+    finally:
+        conn.close()
