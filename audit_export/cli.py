@@ -81,6 +81,15 @@ def build_parser(local: bool = True) -> argparse.ArgumentParser:
         help="export the events with an id above this one, instead of starting after the "
         "previous export date's watermark (0: every event) (AUDIT_EXPORT_SINCE_EVENT_ID)",
     )
+    inc.add_argument(
+        "--unfilled-wait-ms",
+        type=int,
+        default=_env("AUDIT_EXPORT_UNFILLED_WAIT_MS", 3_600_000),
+        help="an event id below the watermark that was missing from a run's snapshot (its "
+        "transaction still open, or rolled back) is looked for again by the next export date; "
+        "after this long missing it is given up (AUDIT_EXPORT_UNFILLED_WAIT_MS; default "
+        "%(default)s)",
+    )
     par = parser.add_argument_group("partitions (parallel JDBC reads)")
     defaults = ReadTuning()
     par.add_argument(
@@ -170,6 +179,7 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
             fetch_size=args.fetch_size,
         ),
         grace_ms=args.grace_ms,
+        unfilled_wait_ms=args.unfilled_wait_ms,
         findings=not args.no_findings,
         max_report_rows=args.max_report_rows,
     )

@@ -28,7 +28,14 @@ from pyspark.sql.types import StructType
 from . import findings as fnd
 from . import report, snapshot, source
 from .fs import OutputFS, join, qualify
-from .watermark import EventRange, RunRecord, load_runs, plan_range, record_run
+from .watermark import (
+    EventRange,
+    RunRecord,
+    load_runs,
+    plan_range,
+    record_run,
+    still_unfilled,
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class ExportOptions:
         db_password: database password (overrides the URL's).
         tuning: how tables are split into parallel JDBC reads.
         grace_ms: how long a catalogue resource may run nowhere before it is a violation.
+        unfilled_wait_ms: how long an event id missing below the watermark is looked for
+            again (see `watermark`).
         findings: compute the findings, the summary and the report.
         max_report_rows: rows per list in the JSON summary and the report (Parquet has all).
     """
@@ -56,6 +65,7 @@ class ExportOptions:
     db_password: str | None = None
     tuning: source.ReadTuning = field(default_factory=source.ReadTuning)
     grace_ms: int = 60_000
+    unfilled_wait_ms: int = 3_600_000
     findings: bool = True
     max_report_rows: int = 500
 
@@ -149,7 +159,8 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
     pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="audit-export")
     try:
         began = time.monotonic()
-        with source.pinned_snapshot(spark, src) as (stats, session_init):
+        with source.pinned_snapshot(spark, src) as pinned:
+            stats = pinned.stats
             # 1. Which events this run exports: up to the highest id in the snapshot, so the
             #    snapshot reflects at least every exported event.
             event_range = plan_range(
@@ -165,7 +176,10 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
                     src,
                     event_range.since_event_id,
                     event_range.until_event_id,
+                    recheck=event_range.recheck,
+                    exclude=event_range.exclude,
                     tuning=tuning,
+                    session_init=pinned.session_init,
                 )
                 rows = _write_counted(fs, events, join(out, "events"), export_date)
                 timings["events"] = time.monotonic() - started
@@ -175,7 +189,9 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
 
             # 3. The snapshot: every table read at the same instant (PostgreSQL), each streamed
             #    from JDBC to Parquet.
-            tables = snapshot.read(spark, src, stats, tuning=tuning, session_init=session_init)
+            tables = snapshot.read(
+                spark, src, stats, tuning=tuning, session_init=pinned.session_init
+            )
             writes = {
                 name: pool.submit(
                     _write_counted, fs, df, join(out, name), export_date, files=small_files
@@ -183,14 +199,33 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
                 for name, df in tables.items()
             }
             table_rows = {name: job.result() for name, job in writes.items()}
-        timings["snapshot"] = time.monotonic() - began
-        table_rows["events"] = n_events = events_job.result()
-        timings["export"] = time.monotonic() - began
+            timings["snapshot"] = time.monotonic() - began
+            table_rows["events"] = n_events = events_job.result()
+            timings["export"] = time.monotonic() - began
+            # 4. Ids of the range the snapshot lacks (transactions still open, or rolled back):
+            #    looked for again by the next export date. Counted first: usually none.
+            expected = (
+                event_range.until_event_id
+                - event_range.since_event_id
+                - len(event_range.exclude)
+                + len(event_range.recheck)
+            )
+            missing = (
+                []
+                if n_events == expected
+                else pinned.missing_event_ids(
+                    event_range.since_event_id,
+                    event_range.until_event_id,
+                    event_range.recheck,
+                    event_range.exclude,
+                )
+            )
         source_rows = {**stats.rows, "events": n_events}
 
         summary: dict[str, Any] | None = None
         paths: dict[str, str] = {}
         now_ms = int(time.time() * 1000)
+        unfilled = still_unfilled(event_range, missing, now_ms, options.unfilled_wait_ms)
         run = RunRecord(
             export_date=export_date,
             since_event_id=event_range.since_event_id,
@@ -200,6 +235,8 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             event_rows=n_events,
             table_rows=table_rows,
             source=src.display,
+            rechecked=event_range.recheck,
+            unfilled=unfilled,
         )
 
         # 4. Findings over every exported event, and the report.

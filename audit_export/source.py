@@ -17,7 +17,7 @@ PostgreSQL tables by hash predicates on their key.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
@@ -405,17 +405,37 @@ def read_table(
     return _finish(df, spec, source)
 
 
+def _id_list(ids: Sequence[int]) -> str:
+    return ", ".join(str(int(i)) for i in ids)
+
+
+def events_condition(
+    after_id: int, until_id: int, recheck: Sequence[int] = (), exclude: Sequence[int] = ()
+) -> str:
+    """The SQL condition of the events a run exports: `after_id < id <= until_id` but `exclude`,
+    and `recheck` (ids at or below `after_id`) if they exist."""
+    cond = f"id > {int(after_id)} AND id <= {int(until_id)}"
+    if exclude:
+        cond += f" AND id NOT IN ({_id_list(exclude)})"
+    if recheck:
+        cond = f"({cond}) OR id IN ({_id_list(recheck)})"
+    return cond
+
+
 def read_events(
     spark: SparkSession,
     source: Source,
     after_id: int,
     until_id: int,
     *,
-    tuning: ReadTuning = ReadTuning(),
+    recheck: Sequence[int] = (),
+    exclude: Sequence[int] = (),
+    tuning: ReadTuning = DEFAULT_TUNING,
+    session_init: str | None = None,
 ) -> DataFrame:
-    """Events with `after_id < id <= until_id`, read in parallel ranges of the id (split by the
-    id span, which is the row count but for ids lost to rolled-back transactions)."""
-    where = f"id > {int(after_id)} AND id <= {int(until_id)}"
+    """The events of `events_condition`, read in parallel ranges of the id (split by the id
+    span, which is the row count but for ids lost to rolled-back transactions)."""
+    where = events_condition(after_id, until_id, recheck, exclude)
     parts = tuning.partitions(until_id - after_id, tuning.event_rows_per_partition)
     reader = (
         spark.read.format("jdbc")
@@ -424,6 +444,8 @@ def read_events(
         .option("customSchema", EVENTS.custom_schema(source.dialect))
         .option("dbtable", _subquery(EVENTS, where))
     )
+    if session_init:
+        reader = reader.option("sessionInitStatement", session_init)
     if parts > 1 and until_id > after_id + 1:
         reader = (
             reader.option("partitionColumn", "id")
@@ -491,20 +513,71 @@ def _read_stats(conn: Any) -> TableStats:
         stmt.close()
 
 
+MAX_MISSING_IDS = 10_000
+"""At most this many missing event ids are listed per run (a larger hole is a sequence jump, not
+transactions in flight)."""
+
+
+@dataclass
+class Pinned:
+    """The database at one instant (see `pinned_snapshot`).
+
+    Attributes:
+        stats: row counts and the event id range at that instant.
+        session_init: the statement that makes a JDBC read see that instant (None: SQLite).
+    """
+
+    stats: TableStats
+    session_init: str | None
+    _conn: Any = field(repr=False)
+    _dialect: Dialect = "postgresql"
+
+    def missing_event_ids(
+        self, after_id: int, until_id: int, recheck: Sequence[int], exclude: Sequence[int]
+    ) -> list[int]:
+        """The ids of `events_condition` that no event has at this instant (at most
+        `MAX_MISSING_IDS`). Always none on SQLite: its writers take turns, so ids commit in
+        order."""
+        if self._dialect != "postgresql":
+            return []
+        parts = [
+            f"SELECT s.id FROM generate_series({int(after_id) + 1}::bigint, {int(until_id)}) "
+            "AS s(id) WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.id = s.id)"
+        ]
+        if recheck:
+            parts.append(
+                f"SELECT r.id FROM unnest(ARRAY[{_id_list(recheck)}]::bigint[]) AS r(id) "
+                "WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.id = r.id)"
+            )
+        sql = f"SELECT id FROM ({' UNION '.join(parts)}) m"
+        if exclude:
+            sql += f" WHERE id NOT IN ({_id_list(exclude)})"
+        sql += f" ORDER BY id LIMIT {MAX_MISSING_IDS}"
+        stmt = self._conn.createStatement()
+        try:
+            rs = stmt.executeQuery(sql)
+            out = []
+            while rs.next():
+                out.append(int(rs.getLong(1)))
+            return out
+        finally:
+            stmt.close()
+
+
 @contextmanager
-def pinned_snapshot(spark: SparkSession, source: Source) -> Iterator[tuple[TableStats, str | None]]:
+def pinned_snapshot(spark: SparkSession, source: Source) -> Iterator[Pinned]:
     """The database's state at one instant, for reads on many connections.
 
     PostgreSQL: a REPEATABLE READ transaction on one connection in the driver exports its
     snapshot (`pg_export_snapshot`) and stays open while the block runs; every read given the
-    yielded session-init statement imports that snapshot, so all of them, and the yielded
-    stats, see exactly the same committed state. SQLite: the stats, and no statement (the file
+    session-init statement imports that snapshot, so all of them, the stats and the missing
+    ids see exactly the same committed state. SQLite: the stats, and no statement (the file
     is read as it is; the coordinator writes it from one process)."""
     conn = _connect(spark, source)
     try:
         if source.dialect != "postgresql":
             conn.setAutoCommit(True)
-            yield _read_stats(conn), None
+            yield Pinned(_read_stats(conn), None, conn, source.dialect)
             return
         conn.setAutoCommit(False)
         conn.setTransactionIsolation(4)  # java.sql.Connection.TRANSACTION_REPEATABLE_READ
@@ -519,9 +592,10 @@ def pinned_snapshot(spark: SparkSession, source: Source) -> Iterator[tuple[Table
         finally:
             stmt.close()
         stats = _read_stats(conn)
-        yield (
+        yield Pinned(
             stats,
-            (f"BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{snapshot_id}'"),
+            f"BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{snapshot_id}'",
+            conn,
         )
         conn.rollback()
     finally:

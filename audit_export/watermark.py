@@ -11,6 +11,14 @@ its range in `<output>/_watermarks/export_date=<date>.json`; that file is the co
 - Re-running an older export date (one with later runs after it) repeats exactly its recorded
   range, so the output is the same as before.
 - `--since-event-id` overrides the start (and is recorded like any other run).
+
+Ids that commit out of order. Event ids come from a sequence, so a transaction can take an id,
+stay open, and commit after a later id has already been exported: a watermark alone would skip
+that event for ever. So a run on PostgreSQL also records which ids of its range were missing from
+its snapshot (`unfilled`, with when each was first seen: an open transaction's, or a rolled-back
+one's that never comes), and the next export date looks for them again (`recheck`) besides the
+events after the watermark. An id missing for longer than the wait (default an hour: no
+coordinator transaction stays open that long) is given up after its next look.
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ class RunRecord:
         event_rows: events exported.
         table_rows: rows written per output table.
         source: the database (password hidden).
+        rechecked: ids below `since_event_id` this run looked for (earlier runs' unfilled ids).
+        unfilled: (id, first seen, ms since the epoch) for every id of the range, or of
+            `rechecked`, that the run's snapshot did not have.
     """
 
     export_date: str
@@ -52,6 +63,8 @@ class RunRecord:
     event_rows: int
     table_rows: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    rechecked: tuple[int, ...] = ()
+    unfilled: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -68,6 +81,8 @@ class RunRecord:
             event_rows=int(data.get("event_rows", 0)),
             table_rows={str(k): int(v) for k, v in dict(data.get("table_rows", {})).items()},
             source=str(data.get("source", "")),
+            rechecked=tuple(int(i) for i in data.get("rechecked", [])),
+            unfilled=tuple((int(i), int(at)) for i, at in data.get("unfilled", [])),
         )
 
 
@@ -79,11 +94,21 @@ class EventRange:
         since_event_id: exclusive lower bound.
         until_event_id: inclusive upper bound.
         why: how the range was chosen (for logs and the summary).
+        recheck: ids at or below `since_event_id` to export too if they exist now (see the
+            module's docstring).
+        unfilled_before: when each of those was first seen missing (ms since the epoch).
+        exclude: ids of the range not to export (a re-run of an older date skips what its
+            first run missed: a later date has exported it since).
+        recorded_unfilled: a re-run of an older date records what its first run recorded.
     """
 
     since_event_id: int
     until_event_id: int
     why: str
+    recheck: tuple[int, ...] = ()
+    unfilled_before: dict[int, int] = field(default_factory=dict)
+    exclude: tuple[int, ...] = ()
+    recorded_unfilled: tuple[tuple[int, int], ...] | None = None
 
 
 def _path(output: str, export_date: str) -> str:
@@ -113,13 +138,29 @@ def plan_range(
         return EventRange(since_override, max(since_override, max_event_id), "--since-event-id")
     same = next((r for r in runs if r.export_date == export_date), None)
     later = [r for r in runs if r.export_date > export_date]
+    earlier = [r for r in runs if r.export_date < export_date]
+    # A re-run looks for what the original run looked for; a new date for what the previous
+    # date missed.
+    source = same if same is not None else (earlier[-1] if earlier else None)
+    if same is not None:
+        recheck, seen = same.rechecked, _first_seen(earlier[-1]) if earlier else {}
+    elif source is not None:
+        seen = _first_seen(source)
+        recheck = tuple(sorted(seen))
+    else:
+        recheck, seen = (), {}
     if same is not None and later:
+        # Exactly what it exported the first time: not what it missed (a later date has).
+        missed = {event_id for event_id, _ in same.unfilled}
         return EventRange(
             same.since_event_id,
             same.until_event_id,
             f"re-run of {export_date}: its recorded range (later dates exist)",
+            tuple(i for i in recheck if i not in missed),
+            seen,
+            tuple(sorted(i for i in missed if i > same.since_event_id)),
+            same.unfilled,
         )
-    earlier = [r for r in runs if r.export_date < export_date]
     if same is not None:
         since, why = same.since_event_id, f"re-run of {export_date}: from its recorded start"
     elif earlier:
@@ -132,4 +173,25 @@ def plan_range(
             f"the database's highest event id is {max_event_id}, below the recorded watermark "
             f"{since}: is this output from another database? Use --since-event-id to override."
         )
-    return EventRange(since, max_event_id, why)
+    return EventRange(since, max_event_id, why, recheck, seen)
+
+
+def _first_seen(run: RunRecord) -> dict[int, int]:
+    return dict(run.unfilled)
+
+
+def still_unfilled(
+    event_range: EventRange, missing: list[int], now_ms: int, wait_ms: int
+) -> tuple[tuple[int, int], ...]:
+    """What a run records as unfilled: the ids it did not find (`missing`: of its range, and of
+    its recheck list), with when each was first seen missing; an id re-checked in vain once it
+    has been missing for longer than `wait_ms` is given up."""
+    if event_range.recorded_unfilled is not None:
+        return event_range.recorded_unfilled
+    out = []
+    for event_id in sorted(set(missing)):
+        first = event_range.unfilled_before.get(event_id, now_ms)
+        if event_id in event_range.recheck and now_ms - first > wait_ms:
+            continue
+        out.append((event_id, first))
+    return tuple(out)

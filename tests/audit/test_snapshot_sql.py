@@ -233,7 +233,8 @@ def test_reads_see_the_database_as_it_was_when_pinned(
     engine = sa.create_engine(normalize_url(database_url))
     members = schema.Base.metadata.tables["members"]
     try:
-        with source.pinned_snapshot(spark, src) as (stats, session_init):
+        with source.pinned_snapshot(spark, src) as pin:
+            stats, session_init = pin.stats, pin.session_init
             assert session_init is not None
             assert stats.rows["members"] == 5
             # Committed after the pin: a new member, and w1 of g1 is given B as well.

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from audit_export import events, report
-from audit_export.source import SourceError, source_from_url
-from audit_export.watermark import RunRecord, WatermarkError, plan_range
+from audit_export.source import SourceError, events_condition, source_from_url
+from audit_export.watermark import RunRecord, WatermarkError, plan_range, still_unfilled
 from coordinator_svc.core.records import EventType
 from tests.support.coordinator import REPO
 
@@ -69,8 +70,45 @@ def test_since_overrides_the_watermark_and_a_database_behind_it_is_refused() -> 
 
 
 def test_watermark_records_round_trip_as_json() -> None:
-    run = RunRecord("2026-01-01", 0, 10, 9, "t", 10, {"events": 10}, "sqlite:///x")
+    run = RunRecord(
+        "2026-01-01", 0, 10, 9, "t", 10, {"events": 10}, "sqlite:///x", (3,), ((3, 7), (8, 9))
+    )
     assert RunRecord.from_json(run.to_json()) == run
+
+
+def test_the_next_date_looks_again_for_the_ids_the_previous_one_missed() -> None:
+    first = replace(_run("2026-01-01", 0, 10), unfilled=((4, 1_000), (9, 2_000)))
+    r = plan_range([first], "2026-01-02", 20, None)
+    assert (r.since_event_id, r.until_event_id, r.recheck) == (10, 20, (4, 9))
+    assert r.exclude == () and r.recorded_unfilled is None
+    # 4 turned up, 9 did not, 15 of the new range is missing too: 9 keeps when it was first
+    # seen, 15 is new.
+    assert still_unfilled(r, [9, 15], now_ms=3_000, wait_ms=10_000) == ((9, 2_000), (15, 3_000))
+    # Missing for longer than the wait after being looked for again: given up. An id of the
+    # run's own range is always looked for once more, however old the run.
+    assert still_unfilled(r, [9, 15], now_ms=13_000, wait_ms=10_000) == ((15, 13_000),)
+
+
+def test_a_rerun_looks_for_what_its_first_run_looked_for() -> None:
+    day1 = replace(_run("2026-01-01", 0, 10), unfilled=((4, 1_000),))
+    day2 = replace(_run("2026-01-02", 10, 20), rechecked=(4,), unfilled=((15, 5_000),))
+    latest = plan_range([day1, day2], "2026-01-02", 25, None)
+    assert (latest.since_event_id, latest.until_event_id, latest.recheck) == (10, 25, (4,))
+    assert latest.unfilled_before == {4: 1_000}
+    # An older date, re-run after day 3 exported what day 2 missed: exactly day 2's export
+    # again, and its record unchanged (day 3 took over id 15).
+    day3 = replace(_run("2026-01-03", 20, 30), rechecked=(15,))
+    older = plan_range([day1, day2, day3], "2026-01-02", 40, None)
+    assert (older.since_event_id, older.until_event_id) == (10, 20)
+    assert older.recheck == (4,) and older.exclude == (15,)
+    assert still_unfilled(older, [], now_ms=99_000, wait_ms=1) == ((15, 5_000),)
+
+
+def test_the_events_condition_names_the_range_the_rechecks_and_the_exclusions() -> None:
+    assert events_condition(10, 20) == "id > 10 AND id <= 20"
+    assert events_condition(10, 20, recheck=(4, 9), exclude=(15,)) == (
+        "(id > 10 AND id <= 20 AND id NOT IN (15)) OR id IN (4, 9)"
+    )
 
 
 def test_the_event_types_read_are_the_coordinators() -> None:
