@@ -60,6 +60,10 @@ def test_an_event_committed_after_a_later_id_is_exported_by_the_next_date(
 
         export("2026-04-01")
         assert _exported_ids(spark, out, "2026-04-01") == before + after
+        # The JSON payload is stored plainly (no dictionary, no min/max), the other columns not.
+        columns = _column_chunks(spark, next(out.glob("events/export_date=2026-04-01/*/*.parquet")))
+        assert columns["payload"] == (False, False)
+        assert columns["event_type"] == (True, True)
         (day1,) = load_runs_local(spark, out)
         assert day1.until_event_id == after[-1]
         assert [event_id for event_id, _ in day1.unfilled] == [late]
@@ -83,6 +87,27 @@ def test_an_event_committed_after_a_later_id_is_exported_by_the_next_date(
     assert _exported_ids(spark, out, "2026-04-01") == before + after
     again, _ = load_runs_local(spark, out)
     assert again.unfilled == day1.unfilled and again.until_event_id == day1.until_event_id
+
+
+def _column_chunks(spark: SparkSession, file: Path) -> dict[str, tuple[bool, bool]]:
+    """Per column of a Parquet file's first row group: (has a dictionary page, has min/max)."""
+    jvm: Any = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    parquet = jvm.org.apache.parquet.hadoop
+    reader = parquet.ParquetFileReader.open(
+        parquet.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(str(file)), conf)
+    )
+    try:
+        block = reader.getFooter().getBlocks().get(0)
+        return {
+            str(c.getPath().toDotString()): (
+                bool(c.hasDictionaryPage()),
+                bool(c.getStatistics().hasNonNullValue()),
+            )
+            for c in block.getColumns()
+        }
+    finally:
+        reader.close()
 
 
 def load_runs_local(spark: SparkSession, out: Path) -> list[RunRecord]:
