@@ -6,7 +6,8 @@ Parquet partitioned by export date and group, computes audit findings in Spark (
 resources, per-connector task moves, violations), and writes them beside the data as Parquet, a
 JSON summary and a static HTML report.
 
-Modules: `source` (JDBC reading), `snapshot` (the snapshot tables), `events` (event payloads),
+Modules: `source` (JDBC reading, the pinned snapshot), `snapshot` (the snapshot tables),
+`snapshot_sql` (the derived tables as SQL, per dialect), `events` (event payloads),
 `watermark` (incremental runs), `findings`, `report` (JSON and HTML), `job` (one run), `session`
 (a local Spark session), `cli` (`coordinator-audit-export`) and `spark_submit` (the file to hand
 to `spark-submit`). The package depends on PySpark only, so it can be shipped to a cluster with
