@@ -193,6 +193,11 @@ def describe(result: ExportResult, seconds: float) -> str:
         f"({rng.why}); watermark now {run.until_event_id}",
         "  rows: " + ", ".join(f"{k} {v}" for k, v in sorted(run.table_rows.items())),
     ]
+    if run.rechecked or run.unfilled:
+        lines.append(
+            f"  ids looked for again: {len(run.rechecked)}; missing from this run's snapshot "
+            f"(looked for by the next date): {len(run.unfilled)}"
+        )
     if result.summary is not None:
         s = result.summary
         lines.append(

@@ -365,6 +365,8 @@ def _summary(
             "until_event_id": event_range.until_event_id,
             "snapshot_after_event_id": run.snapshot_after_event_id,
             "why": event_range.why,
+            "rechecked_event_ids": list(run.rechecked),
+            "unfilled_event_ids": [event_id for event_id, _ in run.unfilled],
         },
         "grace_ms": config.grace_ms,
         "as_of_ms": config.as_of_ms,

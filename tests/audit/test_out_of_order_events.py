@@ -46,8 +46,10 @@ def test_an_event_committed_after_a_later_id_is_exported_by_the_next_date(
     upgrade_to_head(database_url)
     out = tmp_path / "audit"
 
-    def export(day: str) -> None:
-        run_export(spark, ExportOptions(database_url, str(out), export_date=day, findings=False))
+    def export(day: str, findings: bool = False) -> Any:
+        return run_export(
+            spark, ExportOptions(database_url, str(out), export_date=day, findings=findings)
+        )
 
     with (
         psycopg.connect(libpq_url(database_url), autocommit=True) as fast,
@@ -71,8 +73,10 @@ def test_an_event_committed_after_a_later_id_is_exported_by_the_next_date(
         slow.commit()
         newest = _insert(fast, "g-fast")
 
-    export("2026-04-02")
+    result = export("2026-04-02", findings=True)
     assert _exported_ids(spark, out, "2026-04-02") == [late, newest]
+    assert result.summary["watermark"]["rechecked_event_ids"] == [late]
+    assert result.summary["watermark"]["unfilled_event_ids"] == []
     day1, day2 = load_runs_local(spark, out)
     assert day2.rechecked == (late,) and day2.unfilled == ()
 
