@@ -266,3 +266,22 @@ def test_reads_see_the_database_as_it_was_when_pinned(
     # Non-ASCII text arrives intact, in text columns and in JSON ones (read as their bytes).
     assert w2["url"] == "http://wé"
     assert json.loads(w2["assigned"]) == {"connectors": ["B", "Zéro"]}
+
+
+def test_parallel_reads_of_the_snapshot_give_the_same_rows_as_one_read(
+    spark: SparkSession, database_url: str
+) -> None:
+    """On PostgreSQL a large table is read by several connections, each taking the rows whose
+    key hashes to it; split here into a partition per two source rows, at most three."""
+    upgrade_to_head(database_url)
+    fill(database_url)
+    src = source.source_from_url(database_url)
+    split = source.ReadTuning(max_partitions=3, state_rows_per_partition=2)
+    with source.pinned_snapshot(spark, src) as pin:
+        whole = snapshot.read(spark, src, pin.stats, session_init=pin.session_init)
+        parts = snapshot.read(spark, src, pin.stats, tuning=split, session_init=pin.session_init)
+        for name in ("members", "catalogue", "target_assignment", "current_assignment"):
+            assert parts[name].rdd.getNumPartitions() > 1, name
+            one = sorted(map(repr, whole[name].collect()))
+            three = sorted(map(repr, parts[name].collect()))
+            assert three == one and one, name
