@@ -279,8 +279,6 @@ STATE_TABLES = (
 )
 """Every table but the events: read whole on every run (the snapshot)."""
 
-ALL_TABLES = (*STATE_TABLES, EVENTS)
-
 
 # --- reading ------------------------------------------------------------------------------
 
@@ -346,7 +344,7 @@ def read_query(
     custom_schema: str,
     *,
     rows: int = 0,
-    tuning: ReadTuning = ReadTuning(),
+    tuning: ReadTuning = DEFAULT_TUNING,
     session_init: str | None = None,
 ) -> DataFrame:
     """The rows of a query. `sql(condition)` gives the query, limited to the rows meeting
@@ -384,7 +382,7 @@ def read_table(
     spec: TableSpec,
     *,
     rows: int = 0,
-    tuning: ReadTuning = ReadTuning(),
+    tuning: ReadTuning = DEFAULT_TUNING,
     session_init: str | None = None,
 ) -> DataFrame:
     """A whole state table (in parallel by its `hash_key`, see `read_query`)."""
