@@ -26,15 +26,15 @@ class DerivedTable:
     Attributes:
         name: the output table.
         columns: (name, Spark SQL type) in order.
-        partition_key: an output column that spreads rows evenly, for parallel reads (hash
-            predicates on PostgreSQL).
-        source_table: the stored table whose row count sizes those parallel reads.
+        source_table: the stored table the rows come from; its row count sizes parallel reads.
+        source_key: that table's key column as the query names it: parallel reads split on it
+            (hash predicates on PostgreSQL).
     """
 
     name: str
     columns: tuple[tuple[str, str], ...]
-    partition_key: str
     source_table: str
+    source_key: str
 
     def ddl(self) -> str:
         return ", ".join(f"{name} {kind}" for name, kind in self.columns)
@@ -43,9 +43,10 @@ class DerivedTable:
         return [name for name, _ in self.columns]
 
     def sql(self, dialect: Dialect, where: str | None = None) -> str:
-        """The query; `where`, a condition on the source table's `{key}` (the placeholder is
-        replaced by the qualified key column), limits it to part of that table's rows."""
-        return _QUERIES[self.name](_Json(dialect), where)
+        """The query; `where`, a condition on a `{key}` placeholder (replaced by `source_key`),
+        limits it to part of the source table's rows."""
+        condition = where.format(key=self.source_key) if where else None
+        return _QUERIES[self.name](_Json(dialect), condition)
 
 
 class _Json:
@@ -122,7 +123,7 @@ def _items(j: _Json, doc: str, select: str, tail: str, base: str, where: str | N
 
 
 def _catalogue(j: _Json, where: str | None) -> str:
-    filtered = f" WHERE {where.format(key='c.name')}" if where else ""
+    filtered = f" WHERE {where}" if where else ""
     if j.dialect == "postgresql":
         numbers = "CROSS JOIN generate_series(0, c.task_count - 1) AS s(n)"
         prefix = ""
@@ -160,7 +161,7 @@ def _target_assignment(j: _Json, where: str | None) -> str:
         select,
         tail,
         "target_assignment_members tm",
-        where.format(key="tm.member_id") if where else None,
+        where,
     )
 
 
@@ -181,16 +182,7 @@ def _current_assignment(j: _Json, where: str | None) -> str:
             f"{flag} AS pending_revocation, m.member_epoch, m.previous_epoch, "
             "m.state AS member_state"
         )
-        parts.append(
-            _items(
-                j,
-                column,
-                select,
-                "",
-                "members m",
-                where.format(key="m.member_id") if where else None,
-            )
-        )
+        parts.append(_items(j, column, select, "", "members m", where))
     held = "\nUNION ALL\n".join(parts)
     return (
         f"WITH owners AS ({owners}), held AS ({held})\n"
@@ -220,8 +212,8 @@ _RESOURCE = (
 CATALOGUE = DerivedTable(
     "catalogue",
     (("group_id", "STRING"), *_RESOURCE, ("task_count", "INT"), ("config", "STRING")),
-    partition_key="connector",
     source_table="connectors",
+    source_key="c.name",
 )
 TARGET_ASSIGNMENT = DerivedTable(
     "target_assignment",
@@ -236,8 +228,8 @@ TARGET_ASSIGNMENT = DerivedTable(
         ("member_state", "STRING"),
         ("scheduled_rebalance_at_ms", "BIGINT"),
     ),
-    partition_key="member_id",
     source_table="target_assignment_members",
+    source_key="tm.member_id",
 )
 CURRENT_ASSIGNMENT = DerivedTable(
     "current_assignment",
@@ -254,8 +246,8 @@ CURRENT_ASSIGNMENT = DerivedTable(
         ("assignment_epoch", "INT"),
         ("target_member_id", "STRING"),
     ),
-    partition_key="member_id",
     source_table="members",
+    source_key="m.member_id",
 )
 
 DERIVED_TABLES = (CATALOGUE, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT)
