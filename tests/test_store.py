@@ -34,7 +34,7 @@ from coordinator_svc.core.model import (
     GroupState,
     GroupStatus,
 )
-from coordinator_svc.core.records import EventRecord, Record
+from coordinator_svc.core.records import EventRecord, GroupMetaRecord, Record
 from coordinator_svc.core.resources import EMPTY, ResourceSet
 from coordinator_svc.core.results import Result
 from coordinator_svc.store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable
@@ -488,3 +488,79 @@ def test_a_process_paused_inside_a_transaction_does_not_block_takeover(
     finally:
         paused.close()
         taker.close()
+
+
+def _install(driver: Driver, shares: dict[str, ResourceSet]) -> None:
+    epoch = driver.member_epoch("w1")
+    prepared = driver.run(prepare_assignment, PrepareRequest(GROUP, "w1", epoch))
+    assert prepared.error_code is ErrorCode.NONE
+    installed = driver.run(
+        install_assignment,
+        InstallRequest(
+            GROUP,
+            "w1",
+            epoch,
+            prepared.group_epoch,
+            members=tuple(MemberTarget(m, r, 1, b"") for m, r in shares.items()),
+        ),
+    )
+    assert installed.error_code is ErrorCode.NONE, installed.error_message
+
+
+def _row_versions(store: SqlStore, table: str) -> dict[str, Any]:
+    """PostgreSQL's xmin (the transaction that last wrote the row) of each member's row."""
+    with store._transaction(write=False) as conn:
+        rows_ = conn.execute(sa.text(f"SELECT member_id, xmin::text AS v FROM {table}")).all()
+    return {r.member_id: r.v for r in rows_}
+
+
+def test_an_install_rewrites_only_the_target_rows_of_members_whose_share_changed(
+    open_store: Callable[..., SqlStore], store_url: str
+) -> None:
+    store = open_store()
+    lease = store.try_acquire(GROUP)
+    assert isinstance(lease, Lease)
+    driver = Driver(store, lease)
+    driver.run(put_connector, PutConnectorRequest(GROUP, "A", 4, {}, caller="t"))
+    for member_id in ("w1", "w2", "w3", "w4"):
+        driver.run(heartbeat, join(member_id))
+    tasks = {m: ResourceSet.of([], [("A", i)]) for i, m in enumerate(("w1", "w2", "w3", "w4"))}
+    _install(driver, {**tasks, "w1": tasks["w1"] | ResourceSet.of(["A"])})
+    driver.assert_loaded_equals_memory()
+    before = _row_versions(store, "target_assignment_members") if "postgresql" in store_url else {}
+
+    driver.run(put_connector, PutConnectorRequest(GROUP, "A", 5, {}, caller="t"))  # A-4 is new
+    _install(driver, {**tasks, "w1": tasks["w1"] | ResourceSet.of(["A"], [("A", 4)])})
+
+    driver.assert_loaded_equals_memory()
+    if before:
+        after = _row_versions(store, "target_assignment_members")
+        assert after["w1"] != before["w1"]
+        assert {m: after[m] for m in ("w2", "w3", "w4")} == {
+            m: before[m] for m in ("w2", "w3", "w4")
+        }
+
+
+def test_metadata_changes_keep_the_prepare_snapshot_without_rewriting_it(
+    open_store: Callable[..., SqlStore],
+) -> None:
+    store = open_store()
+    lease = store.try_acquire(GROUP)
+    assert isinstance(lease, Lease)
+    driver = Driver(store, lease)
+    driver.run(put_connector, PutConnectorRequest(GROUP, "A", 3, {}, caller="t"))
+    driver.run(heartbeat, join("w1"))
+    epoch = driver.member_epoch("w1")
+    prepared = driver.run(prepare_assignment, PrepareRequest(GROUP, "w1", epoch))
+    assert prepared.error_code is ErrorCode.NONE
+    assert driver.state is not None and driver.state.meta.prepared is not None
+    snapshot = driver.state.meta.prepared
+
+    result = heartbeat(driver.state, join("w2"), driver.now_ms, DEFAULTS)  # bumps the epoch
+    meta_records = [r for r in result.records if isinstance(r, GroupMetaRecord)]
+    assert meta_records and not any(r.prepared_changed for r in meta_records)
+    driver.run(heartbeat, join("w2"))
+
+    driver.assert_loaded_equals_memory()
+    loaded = store.load_group(GROUP)
+    assert loaded is not None and loaded.meta.prepared == snapshot

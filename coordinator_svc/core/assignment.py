@@ -32,9 +32,9 @@ from .model import (
     TargetEntry,
 )
 from .records import EventType
-from .resources import EMPTY
+from .resources import ResourceSet, TaskId
 from .results import ASSIGNOR, SCHEDULED_REBALANCE, Result
-from .selection import NoSelection, Selection, select
+from .selection import GroupProfiles, NoSelection, Selection, select_with
 from .validation import validate_install, validate_prepare
 
 
@@ -62,7 +62,9 @@ def _assignor_member(
 
 
 def current_selection(state: GroupState) -> Selection | NoSelection:
-    return select(state.members.values(), state.meta.assignor_member_id)
+    """The selection as it stands (no exclusions): O(profiles), from the state's index."""
+    profiles = GroupProfiles(state.selection_index, frozenset(), {}, state.profile)
+    return select_with(profiles, state.meta.assignor_member_id)
 
 
 def prepare_assignment(
@@ -160,25 +162,33 @@ def _check_epochs(state: GroupState, req: InstallRequest) -> PreparedSnapshot:
 
 
 def _validate_against(snapshot: PreparedSnapshot, req: InstallRequest) -> None:
-    """DESIGN 3.6: against the group and catalogue the Prepare showed."""
-    assigned = EMPTY
+    """DESIGN 3.6: against the group and catalogue the Prepare showed. O(members + resources):
+    each share is checked against the sets of what was assigned before it, never copied."""
+    catalogue = snapshot.catalogue
+    connectors: set[str] = set()
+    tasks: set[TaskId] = set()
     for m in req.members:
         if m.member_id not in snapshot.member_ids:
             raise InvalidAssignment(
                 f"member {m.member_id!r} was not in the group at epoch {snapshot.group_epoch}."
             )
-        unknown = m.resources - snapshot.catalogue
-        if unknown:
+        share = m.resources
+        if not (share.connectors <= catalogue.connectors and share.tasks <= catalogue.tasks):
+            unknown = share - catalogue
             raise InvalidAssignment(
                 f"{unknown.describe()} assigned to {m.member_id!r} are not in the catalogue of "
                 f"epoch {snapshot.group_epoch}."
             )
-        twice = m.resources & assigned
-        if twice:
+        if not (connectors.isdisjoint(share.connectors) and tasks.isdisjoint(share.tasks)):
+            twice = ResourceSet(
+                frozenset(connectors & share.connectors), frozenset(tasks & share.tasks)
+            )
             raise InvalidAssignment(f"{twice.describe()} assigned more than once.")
-        assigned = assigned | m.resources
-    unassigned = snapshot.catalogue - assigned
-    if unassigned and req.scheduled_rebalance_delay_ms <= 0:
+        connectors.update(share.connectors)
+        tasks.update(share.tasks)
+    covered = len(connectors) + len(tasks) == len(catalogue)
+    if not covered and req.scheduled_rebalance_delay_ms <= 0:
+        unassigned = catalogue - ResourceSet(frozenset(connectors), frozenset(tasks))
         raise InvalidAssignment(
             f"{unassigned.describe()} left unassigned without a scheduled rebalance delay; "
             "assign every resource or declare scheduled_rebalance_delay_ms > 0."
@@ -209,14 +219,11 @@ def _record_failure(change: GroupChange, req: InstallRequest) -> None:
 def _install(change: GroupChange, req: InstallRequest) -> None:
     """DESIGN 3.9: members that left since are dropped, resources deleted since are dropped,
     members that joined since get nothing; a newer group epoch asks for a new computation."""
-    present = change.members()
-    catalogue = EMPTY
-    for connector in change.catalogue().values():
-        catalogue = catalogue | connector.resources()
+    catalogue = change.catalogue_resources()
     entries = {
-        m.member_id: TargetEntry(m.resources & catalogue, m.version, m.metadata)
+        m.member_id: TargetEntry(_within(m.resources, catalogue), m.version, m.metadata)
         for m in req.members
-        if m.member_id in present
+        if change.member(m.member_id) is not None
     }
     old = change.target
     scheduled_at = None
@@ -229,14 +236,9 @@ def _install(change: GroupChange, req: InstallRequest) -> None:
         assignor_state=req.assignor_state,
         scheduled_rebalance_at_ms=scheduled_at,
     )
-    change.set_target(new)
-    before, after = old.owner_map(), new.owner_map()
-    moves = [
-        {"resource": name, "from": before.get(name), "to": after.get(name)}
-        for name in sorted(set(before) | set(after))
-        if before.get(name) != after.get(name)
-    ]
-    unassigned = sorted(set(catalogue.names()) - set(after))
+    changed = [m for m in old.members.keys() | entries.keys() if old.of(m) != new.of(m)]
+    change.set_target(new, changed)
+    moves, unassigned = _moves(old, new, changed, catalogue)
     change.event(
         EventType.TARGET_INSTALLED,
         req.member_id,
@@ -264,3 +266,42 @@ def _install(change: GroupChange, req: InstallRequest) -> None:
         )
     elif old.scheduled_rebalance_at_ms is not None:
         change.cancel((SCHEDULED_REBALANCE, ""))
+
+
+def _within(share: ResourceSet, catalogue: ResourceSet) -> ResourceSet:
+    """`share & catalogue`, without a copy when the share is all in the catalogue (the rule)."""
+    if share.connectors <= catalogue.connectors and share.tasks <= catalogue.tasks:
+        return share
+    return share & catalogue
+
+
+def _moves(
+    old: TargetAssignment,
+    new: TargetAssignment,
+    changed: list[str],
+    catalogue: ResourceSet,
+) -> tuple[list[dict[str, str | None]], list[str]]:
+    """The resources whose owner the new target changes (from the changed members' entries
+    only: O(what changed)), and every catalogue resource the new target gives to nobody."""
+    before: dict[str, str] = {}
+    after: dict[str, str] = {}
+    for member_id in changed:
+        for name in old.of(member_id).resources.names():
+            before[name] = member_id
+        for name in new.of(member_id).resources.names():
+            after[name] = member_id
+    moves = [
+        {"resource": name, "from": before.get(name), "to": after.get(name)}
+        for name in sorted(before.keys() | after.keys())
+        if before.get(name) != after.get(name)
+    ]
+    assigned_connectors: set[str] = set()
+    assigned_tasks: set[TaskId] = set()
+    for entry in new.members.values():
+        assigned_connectors.update(entry.resources.connectors)
+        assigned_tasks.update(entry.resources.tasks)
+    unassigned = ResourceSet(
+        frozenset(catalogue.connectors - assigned_connectors),
+        frozenset(catalogue.tasks - assigned_tasks),
+    )
+    return moves, sorted(unassigned.names())

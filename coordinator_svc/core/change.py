@@ -7,7 +7,7 @@ order replay accepts, plus the events.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -34,9 +34,10 @@ from .records import (
     Record,
     TargetRecord,
 )
-from .resources import ResourceSet, TaskId
+from .resources import ResourceSet, TaskId, catalogue_resources
 from .results import SCHEDULED_REBALANCE, CancelTimer, ScheduleTimer, TimerKey, TimerOp
-from .selection import NoSelection, select
+from .selection import GroupProfiles, NoSelection, select_with
+from .selection_index import Profile, SelectionIndex, profile_of
 
 
 class GroupChange:
@@ -54,6 +55,7 @@ class GroupChange:
         self.created = state is None
         self._meta: GroupMeta | None = None
         self._target: TargetAssignment | None = None
+        self._target_changed: frozenset[str] | None = None
         self._members: dict[str, Member] = {}
         self._removed: set[str] = set()
         self._connectors: dict[str, Connector | None] = {}
@@ -100,11 +102,48 @@ class GroupChange:
         return result
 
     def has_members(self) -> bool:
-        if self._members:
-            return True
+        return self.member_count() > 0
+
+    def member_count(self) -> int:
+        """How many members the group has with this change applied: O(members changed)."""
         if self.state is None:
-            return False
-        return any(m not in self._removed for m in self.state.members)
+            return len(self._members)
+        committed = self.state.members
+        gone = sum(1 for m in self._removed if m in committed)
+        new = sum(1 for m in self._members if m not in committed)
+        return len(committed) - gone + new
+
+    def profiles(self, extra: Member | None = None) -> GroupProfiles:
+        """The members as assignor selection sees them, with this change (and `extra`, a member
+        not yet put) applied: the committed index plus the few members changed here."""
+        touched = {**self._members, **({} if extra is None else {extra.member_id: extra})}
+        index = SelectionIndex() if self.state is None else self.state.selection_index
+        lookup: Callable[[str], Profile | None] = (
+            _no_profile if self.state is None else self.state.profile
+        )
+        return GroupProfiles(
+            index,
+            frozenset(self._removed | touched.keys()),
+            {m: profile_of(member) for m, member in touched.items()},
+            lookup,
+        )
+
+    def left_members(self) -> frozenset[str]:
+        """Static members that left (epoch -2) and are held until their session expires."""
+        left = set() if self.state is None else set(self.state.left_members)
+        left -= self._removed
+        for member_id, member in self._members.items():
+            if member.state is MemberState.LEFT:
+                left.add(member_id)
+            else:
+                left.discard(member_id)
+        return frozenset(left)
+
+    def catalogue_resources(self) -> ResourceSet:
+        """Every resource of the catalogue with this change applied (cached by the state)."""
+        if not self._connectors and self.state is not None:
+            return self.state.catalogue_resources()
+        return catalogue_resources(self.catalogue().values())
 
     def member_by_instance(self, instance_id: str) -> Member | None:
         for m in self._members.values():
@@ -178,7 +217,18 @@ class GroupChange:
     def set_meta(self, **changes: Any) -> None:
         self._meta = replace(self.meta, **changes)
 
-    def set_target(self, target: TargetAssignment) -> None:
+    def set_target(
+        self, target: TargetAssignment, changed_members: Iterable[str] | None = None
+    ) -> None:
+        """Replace the target. `changed_members`: the only members whose entry may differ from
+        the previous target's (added, changed or gone), so that only their rows are written;
+        None means any."""
+        if changed_members is None or (self._target is not None and self._target_changed is None):
+            self._target_changed = None
+        else:
+            self._target_changed = (self._target_changed or frozenset()) | frozenset(
+                changed_members
+            )
         self._target = target
 
     def put_member(self, member: Member) -> None:
@@ -254,17 +304,15 @@ class GroupChange:
 
     def reselect_assignor(self) -> None:
         """Re-run assignor selection after membership changed; record when the choice changes."""
-        members = self.members()
-        left = frozenset(m.member_id for m in members.values() if m.state is MemberState.LEFT)
-        selection = select(
-            members.values(),
+        selection = select_with(
+            self.profiles(),
             self.meta.assignor_member_id,
-            self.meta.excluded_assignors | left,
+            self.meta.excluded_assignors | self.left_members(),
         )
         if isinstance(selection, NoSelection):
             if self.meta.assignor_member_id is not None:
                 self.set_meta(assignor_member_id=None, compute_requested_epoch=None)
-                if members:
+                if self.has_members():
                     self.event(EventType.ASSIGNOR_UNAVAILABLE, reason=selection.reason)
             return
         if selection.assignor_member_id != self.meta.assignor_member_id:
@@ -281,7 +329,8 @@ class GroupChange:
     def records(self) -> list[Record]:
         out: list[Record] = []
         if self._meta is not None and (self.state is None or self._meta != self.state.meta):
-            out.append(GroupMetaRecord(self._meta))
+            prepared_changed = self.state is None or self._meta.prepared != self.state.meta.prepared
+            out.append(GroupMetaRecord(self._meta, prepared_changed))
         if self._configs is not None:
             out.append(ConfigRecord(self.group_id, dict(self._configs)))
         for name, connector in self._connectors.items():
@@ -292,7 +341,8 @@ class GroupChange:
         for member_id in sorted(self._removed):
             out.append(MemberRemovedRecord(self.group_id, member_id))
         if self._target is not None and (self.state is None or self._target != self.state.target):
-            out.append(TargetRecord(self.group_id, self._target))
+            rows = None if self.state is None else self._target_changed
+            out.append(TargetRecord(self.group_id, self._target, rows))
         # Members that give resources up are applied before members that take them.
         changed = [
             m
@@ -308,3 +358,7 @@ class GroupChange:
         out.extend(MemberRecord(self.group_id, m) for m in changed)
         out.extend(self._events)
         return out
+
+
+def _no_profile(_member_id: str) -> Profile | None:
+    return None

@@ -35,7 +35,7 @@ from .reconciliation import free_in, reconcile
 from .records import EventType
 from .resources import EMPTY, ResourceSet
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result
-from .selection import NoSelection, select
+from .selection import NoSelection, select_with
 from .validation import validate_heartbeat
 
 
@@ -164,7 +164,7 @@ class _Heartbeat:
                 return self.take_over_static(holder)
         if existing is not None:
             return self.rejoin(existing)
-        if len(change.members()) >= self.defaults.max_group_size:
+        if change.member_count() >= self.defaults.max_group_size:
             raise GroupMaxSizeReached(
                 f"group {req.group_id!r} has reached its maximum of "
                 f"{self.defaults.max_group_size} members."
@@ -221,7 +221,9 @@ class _Heartbeat:
         if holder.member_id in target.members:
             members = dict(target.members)
             members[successor.member_id] = members.pop(holder.member_id)
-            change.set_target(replace(target, members=members))
+            change.set_target(
+                replace(target, members=members), (holder.member_id, successor.member_id)
+            )
         meta = change.meta
         if meta.assignor_member_id == holder.member_id:
             change.set_meta(assignor_member_id=successor.member_id)
@@ -353,9 +355,7 @@ class _Heartbeat:
         return updated, changed
 
     def check_assignors(self, member: Member) -> None:
-        members = self.change.members()
-        members[member.member_id] = member
-        selection = select(members.values())
+        selection = select_with(self.change.profiles(extra=member))
         if isinstance(selection, NoSelection):
             raise UnsupportedAssignor(
                 f"member {member.member_id!r} cannot join group {self.req.group_id!r} with "

@@ -42,13 +42,21 @@ class EventType(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class GroupMetaRecord:
+    """The group's metadata. `prepared_changed`: whether `meta.prepared` (the Prepare snapshot,
+    as large as the group and catalogue) differs from before; when not, the store leaves it."""
+
     meta: GroupMeta
+    prepared_changed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class TargetRecord:
+    """A new target. `changed_members`: the only members whose entries differ from the target
+    it replaces (None: any may), so the store rewrites just those rows."""
+
     group_id: str
     target: TargetAssignment
+    changed_members: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,9 +76,9 @@ def apply(state: GroupState, record: Record) -> None:
         case MemberRemovedRecord(member_id=member_id):
             state.remove_member(member_id)
         case ConnectorRecord(connector=connector):
-            state.catalogue[connector.name] = connector
+            state.put_connector(connector)
         case ConnectorRemovedRecord(name=name):
-            state.catalogue.pop(name, None)
+            state.remove_connector(name)
         case ConfigRecord(configs=configs):
             state.configs = dict(configs)
         case EventRecord():

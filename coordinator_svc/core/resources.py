@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -88,3 +89,30 @@ EMPTY = ResourceSet()
 def connector_resources(name: str, task_count: int) -> ResourceSet:
     """The resources of one connector: the connector itself and tasks 0..task_count-1."""
     return ResourceSet(frozenset((name,)), frozenset(TaskId(name, i) for i in range(task_count)))
+
+
+class _HasResources(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def task_count(self) -> int: ...
+
+
+def catalogue_resources(connectors: Iterable[_HasResources]) -> ResourceSet:
+    """Every connector and task of a catalogue, built in one pass (O(resources))."""
+    names: list[str] = []
+    tasks: list[TaskId] = []
+    for connector in connectors:
+        names.append(connector.name)
+        tasks.extend(TaskId(connector.name, i) for i in range(connector.task_count))
+    return ResourceSet(frozenset(names), frozenset(tasks))
+
+
+def union(sets: Iterable[ResourceSet]) -> ResourceSet:
+    """The union of many sets in one pass (O(total size)), not one copy per set."""
+    connectors: set[str] = set()
+    tasks: set[TaskId] = set()
+    for s in sets:
+        connectors.update(s.connectors)
+        tasks.update(s.tasks)
+    return ResourceSet(frozenset(connectors), frozenset(tasks))

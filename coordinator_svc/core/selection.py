@@ -1,12 +1,27 @@
-"""Assignor selection and the choice of the assignor member (DESIGN 3.4)."""
+"""Assignor selection and the choice of the assignor member (DESIGN 3.4), kept incrementally.
+
+Selection depends on members only through their *profiles*: the (name, minimum, maximum)
+version ranges of the assignors they list, in order. A group has few distinct profiles (one per
+agent version and protocol, typically one to three) however many members it has, so
+`SelectionIndex` keeps a count per profile and, per profile, the member ids in a lazily pruned
+heap; selecting costs O(profiles x assignors) plus O(log members) to find the smallest covering
+member id, and a join or leave updates the index in O(log members).
+
+`GroupChange` combines the index of the committed state with its own few changed members
+(`select_with`), so handlers never look at every member.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .model import Member
+from .selection_index import Profile, SelectionIndex, profile_of
+
+#: How many example member ids a reason names per distinct profile or range.
+_EXAMPLES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,15 +39,58 @@ class NoSelection:
     reason: str
 
 
-def _candidates(members: Sequence[Member]) -> dict[str, tuple[int, int]]:
+@dataclass(frozen=True, slots=True)
+class GroupProfiles:
+    """The members as selection sees them: the committed index, less the ids a change touched,
+    plus the touched members as they are now (`extra`, few)."""
+
+    index: SelectionIndex
+    hidden: frozenset[str]  # ids whose committed entry is out of date or gone
+    extra: Mapping[str, Profile]  # touched members that are present, by id
+    lookup: Callable[[str], Profile | None]  # the committed profile of a member id
+
+    def counts(self) -> Counter[Profile]:
+        counts: Counter[Profile] = Counter(self.index.counts)
+        for member_id in self.hidden:
+            profile = self.lookup(member_id)
+            if profile is not None:
+                counts[profile] -= 1
+        for profile in self.extra.values():
+            counts[profile] += 1
+        return +counts  # drop profiles counted down to zero
+
+    def smallest(self, profiles: Iterable[Profile], skip: Callable[[str], bool]) -> str | None:
+        """The smallest id of a member with one of `profiles` for which `skip` is false."""
+        wanted = set(profiles)
+        best: str | None = None
+        hidden = self.hidden
+
+        def skipped(member_id: str) -> bool:
+            return member_id in hidden or skip(member_id)
+
+        for profile in wanted:
+            found = self.index.smallest(profile, skipped)
+            if found and (best is None or found[0] < best):
+                best = found[0]
+        for member_id, profile in self.extra.items():
+            if profile in wanted and not skip(member_id) and (best is None or member_id < best):
+                best = member_id
+        return best
+
+    def examples(self, profile: Profile) -> list[str]:
+        """A few member ids with `profile`, smallest first."""
+        hidden = self.hidden
+        ids = self.index.smallest(profile, lambda m: m in hidden, _EXAMPLES)
+        ids.extend(m for m, p in self.extra.items() if p == profile)
+        return sorted(ids)[:_EXAMPLES]
+
+
+def _candidates(counts: Mapping[Profile, int]) -> dict[str, tuple[int, int]]:
     """Assignor names every member lists, with the version range common to all of them."""
-    if not members:
-        return {}
-    common: dict[str, tuple[int, int]] = {
-        a.name: (a.minimum_version, a.maximum_version) for a in members[0].assignors
-    }
-    for m in members[1:]:
-        mine = {a.name: (a.minimum_version, a.maximum_version) for a in m.assignors}
+    profiles = list(counts)
+    common: dict[str, tuple[int, int]] = {name: (lo, hi) for name, lo, hi in profiles[0]}
+    for profile in profiles[1:]:
+        mine = {name: (lo, hi) for name, lo, hi in profile}
         common = {
             name: (max(lo, mine[name][0]), min(hi, mine[name][1]))
             for name, (lo, hi) in common.items()
@@ -41,8 +99,28 @@ def _candidates(members: Sequence[Member]) -> dict[str, tuple[int, int]]:
     return {name: rng for name, rng in common.items() if rng[0] <= rng[1]}
 
 
-def select(
-    members: Iterable[Member],
+def _range_of(profile: Profile, name: str) -> tuple[int, int]:
+    for assignor, lo, hi in profile:
+        if assignor == name:
+            return lo, hi
+    raise KeyError(name)  # a candidate is listed by every profile
+
+
+def _summary(
+    group: GroupProfiles, counts: Mapping[Profile, int], show: Callable[[Profile], str]
+) -> str:
+    """`{'w1': ..., 'w2': ..., '(+N more)': ...}`: a few members of each distinct profile."""
+    parts: list[tuple[str, str]] = []
+    for profile in sorted(counts, key=lambda p: group.examples(p)[:1]):
+        examples = group.examples(profile)
+        parts.extend((member_id, show(profile)) for member_id in examples)
+        if counts[profile] > len(examples):
+            parts.append((f"+{counts[profile] - len(examples)} more", show(profile)))
+    return "{" + ", ".join(f"{m!r}: {shown}" for m, shown in parts) + "}"
+
+
+def select_with(
+    group: GroupProfiles,
     previous_assignor_member: str | None = None,
     excluded: frozenset[str] = frozenset(),
 ) -> Selection | NoSelection:
@@ -51,41 +129,67 @@ def select(
     Candidates are names every member lists with overlapping version ranges; each member votes
     for its most preferred candidate; most votes wins, ties by name. The assignor member's range
     covers every other member's; the previous assignor member is kept while it qualifies, and
-    members in `excluded` are passed over unless no other qualifies.
+    members in `excluded` are passed over unless no other qualifies; otherwise the smallest
+    member id is chosen.
     """
-    ordered = sorted(members, key=lambda m: m.member_id)
-    if not ordered:
+    counts = group.counts()
+    if not counts:
         return NoSelection("the group has no members")
-    candidates = _candidates(ordered)
+    candidates = _candidates(counts)
     if not candidates:
-        listed = {m.member_id: [a.name for a in m.assignors] for m in ordered}
+        listed = _summary(group, counts, lambda p: repr([name for name, _, _ in p]))
         return NoSelection(
             "no client assignor is supported by every member with overlapping versions "
             f"(members list: {listed})"
         )
     votes: Counter[str] = Counter()
-    for m in ordered:
-        for a in m.assignors:
-            if a.name in candidates:
-                votes[a.name] += 1
+    for profile, count in counts.items():
+        for name, _, _ in profile:
+            if name in candidates:
+                votes[name] += count
                 break
     name = min(votes, key=lambda n: (-votes[n], n))
-    ranges = [m.assignor(name) for m in ordered]
-    covering = [
-        m
-        for m, mine in zip(ordered, ranges, strict=True)
-        if mine is not None and all(other is not None and mine.covers(other) for other in ranges)
-    ]
+    ranges = {profile: _range_of(profile, name) for profile in counts}
+    lowest = min(lo for lo, _ in ranges.values())
+    highest = max(hi for _, hi in ranges.values())
+    covering = [p for p, rng in ranges.items() if rng == (lowest, highest)]
     version = candidates[name][1]
     if not covering:
-        spans = {
-            m.member_id: f"[{r.minimum_version}-{r.maximum_version}]"
-            for m, r in zip(ordered, ranges, strict=True)
-            if r is not None
-        }
+        spans = _summary(group, counts, lambda p: repr("[{}-{}]".format(*ranges[p])))
         return NoSelection(
             f"no member's version range of assignor {name!r} covers every other member's {spans}"
         )
-    eligible = [m for m in covering if m.member_id not in excluded] or covering
-    chosen = next((m for m in eligible if m.member_id == previous_assignor_member), eligible[0])
-    return Selection(name, version, chosen.member_id)
+    first_eligible = group.smallest(covering, lambda m: m in excluded)
+    previous = previous_assignor_member
+    if (
+        previous is not None
+        and _has_profile(group, previous, covering)
+        and (previous not in excluded or first_eligible is None)
+    ):
+        return Selection(name, version, previous)
+    chosen = first_eligible or group.smallest(covering, lambda _m: False)
+    return Selection(name, version, chosen)
+
+
+def _has_profile(group: GroupProfiles, member_id: str, profiles: list[Profile]) -> bool:
+    if member_id in group.extra:
+        return group.extra[member_id] in profiles
+    if member_id in group.hidden:
+        return False
+    return group.lookup(member_id) in profiles
+
+
+def select(
+    members: Iterable[Member],
+    previous_assignor_member: str | None = None,
+    excluded: frozenset[str] = frozenset(),
+) -> Selection | NoSelection:
+    """`select_with` over a plain collection of members (O(members log members))."""
+    index = SelectionIndex()
+    profiles: dict[str, Profile] = {}
+    for member in members:
+        profile = profile_of(member)
+        profiles[member.member_id] = profile
+        index.add(member.member_id, profile)
+    group = GroupProfiles(index, frozenset(), {}, profiles.get)
+    return select_with(group, previous_assignor_member, excluded)

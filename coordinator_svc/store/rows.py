@@ -63,7 +63,16 @@ def _unb64(text: Any) -> bytes:
 # --- groups -------------------------------------------------------------------------------
 
 
-def group_row(meta: GroupMeta) -> dict[str, Any]:
+def group_row(meta: GroupMeta, with_prepared: bool = True) -> dict[str, Any]:
+    """The groups row; without the `prepared` column unless `with_prepared` (see
+    `GroupMetaRecord.prepared_changed`)."""
+    row = _group_row(meta)
+    if not with_prepared:
+        del row["prepared"]
+    return row
+
+
+def _group_row(meta: GroupMeta) -> dict[str, Any]:
     prepared = meta.prepared
     return {
         "group_id": meta.group_id,
@@ -220,16 +229,21 @@ def target_row(group_id: str, target: TargetAssignment) -> dict[str, Any]:
     }
 
 
-def target_member_rows(group_id: str, target: TargetAssignment) -> list[dict[str, Any]]:
+def target_member_rows(
+    group_id: str, target: TargetAssignment, only: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
+    """The rows of the target's members: all of them, or just those of `only` in the target."""
+    entries = target.members
+    member_ids = sorted(entries if only is None else (m for m in only if m in entries))
     return [
         {
             "group_id": group_id,
             "member_id": member_id,
-            "resources": entry.resources.to_json(),
-            "version": entry.version,
-            "metadata": bytes(entry.metadata),
+            "resources": entries[member_id].resources.to_json(),
+            "version": entries[member_id].version,
+            "metadata": bytes(entries[member_id].metadata),
         }
-        for member_id, entry in sorted(target.members.items())
+        for member_id in member_ids
     ]
 
 

@@ -55,8 +55,10 @@ class _Plan:
 
     group_id: str
     meta: GroupMeta | None = None
+    prepared_changed: bool = False
     configs: Mapping[str, str] | None = None
     target: TargetAssignment | None = None
+    target_changed: frozenset[str] | None = None  # None: rewrite every member's row
     connectors: dict[str, Connector | None] = field(default_factory=dict)
     members: dict[str, Member | None] = field(default_factory=dict)
     events: list[EventRecord] = field(default_factory=list)
@@ -73,9 +75,16 @@ class _Plan:
                     f"record for group {record_group!r} in a commit under the lease on {group_id!r}"
                 )
             match record:
-                case GroupMetaRecord(meta=meta):
+                case GroupMetaRecord(meta=meta, prepared_changed=prepared_changed):
                     plan.meta = meta
-                case TargetRecord(target=target):
+                    plan.prepared_changed = plan.prepared_changed or prepared_changed
+                case TargetRecord(target=target, changed_members=changed):
+                    if plan.target is None:
+                        plan.target_changed = changed
+                    elif plan.target_changed is not None and changed is not None:
+                        plan.target_changed = plan.target_changed | changed
+                    else:
+                        plan.target_changed = None
                     plan.target = target
                 case MemberRecord(member=member):
                     plan.members[member.member_id] = member
@@ -92,13 +101,25 @@ class _Plan:
         return plan
 
 
-def _upsert(insert: Callable[[sa.Table], Any], table: sa.Table) -> sa.Executable:
-    """INSERT ... ON CONFLICT (primary key) DO UPDATE SET every other column."""
+def _upsert(
+    insert: Callable[[sa.Table], Any], table: sa.Table, keep: Sequence[str] = ()
+) -> sa.Executable:
+    """INSERT ... ON CONFLICT (primary key) DO UPDATE SET every other column, except the columns
+    in `keep`: those are neither sent (a new row gets their default) nor overwritten."""
     stmt = insert(table)
+    if keep:
+        sent: dict[str, Any] = {
+            c.name: sa.bindparam(c.name) for c in table.columns if c.name not in keep
+        }
+        stmt = stmt.values(sent)
     keys = [c for c in table.primary_key.columns]
     return stmt.on_conflict_do_update(  # type: ignore[no-any-return]
         index_elements=keys,
-        set_={c.name: stmt.excluded[c.name] for c in table.columns if not c.primary_key},
+        set_={
+            c.name: stmt.excluded[c.name]
+            for c in table.columns
+            if not c.primary_key and c.name not in keep
+        },
     )
 
 
@@ -279,6 +300,9 @@ class SqlStore:
 
         # State.
         self._upsert_group = _upsert(insert, schema.groups)
+        # Most metadata changes leave the Prepare snapshot (as large as the group) as it was:
+        # they neither send nor rewrite it.
+        self._upsert_group_keep_prepared = _upsert(insert, schema.groups, keep=("prepared",))
         self._upsert_member = _upsert(insert, schema.members)
         self._upsert_connector = _upsert(insert, schema.connectors)
         self._upsert_target = _upsert(insert, schema.target_assignments)
@@ -293,6 +317,9 @@ class SqlStore:
         )
         tm, gc = schema.target_assignment_members, schema.group_configs
         self._delete_target_members = sa.delete(tm).where(tm.c.group_id == sa.bindparam("p_group"))
+        self._delete_some_target_members = self._delete_target_members.where(
+            tm.c.member_id.in_(sa.bindparam("p_ids", expanding=True))
+        )
         self._insert_target_members = sa.insert(tm)
         self._delete_configs = sa.delete(gc).where(gc.c.group_id == sa.bindparam("p_group"))
         self._insert_configs = sa.insert(gc)
@@ -404,7 +431,11 @@ class SqlStore:
     def _write(self, conn: Connection, plan: _Plan) -> None:
         group_id = plan.group_id
         if plan.meta is not None:
-            conn.execute(self._upsert_group, rows.group_row(plan.meta))
+            row = rows.group_row(plan.meta, with_prepared=plan.prepared_changed)
+            if plan.prepared_changed:
+                conn.execute(self._upsert_group, row)
+            else:
+                conn.execute(self._upsert_group_keep_prepared, row)
         removed_members = [m for m, v in plan.members.items() if v is None]
         if removed_members:
             conn.execute(self._delete_members, {"p_group": group_id, "p_ids": removed_members})
@@ -425,8 +456,13 @@ class SqlStore:
                 conn.execute(self._insert_configs, config_rows)
         if plan.target is not None:
             conn.execute(self._upsert_target, rows.target_row(group_id, plan.target))
-            conn.execute(self._delete_target_members, {"p_group": group_id})
-            target_members = rows.target_member_rows(group_id, plan.target)
+            changed = plan.target_changed
+            if changed is None:
+                conn.execute(self._delete_target_members, {"p_group": group_id})
+            elif changed:
+                ids = {"p_group": group_id, "p_ids": sorted(changed)}
+                conn.execute(self._delete_some_target_members, ids)
+            target_members = rows.target_member_rows(group_id, plan.target, changed)
             if target_members:
                 conn.execute(self._insert_target_members, target_members)
         put_members = [rows.member_row(group_id, v) for v in plan.members.values() if v is not None]

@@ -1,0 +1,112 @@
+"""The index behind incremental assignor selection: member profiles, counted, with their ids.
+
+A member's *profile* is what selection sees of it: the (name, minimum, maximum) version ranges of
+the assignors it lists, most preferred first. `GroupState` keeps a `SelectionIndex` up to date as
+members come, go and change (O(log members) each); `selection.select_with` reads it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+Range = tuple[str, int, int]
+"""(assignor name, minimum version, maximum version)."""
+Profile = tuple[Range, ...]
+"""What selection sees of a member: its assignors' ranges, most preferred first."""
+
+
+class _AssignorLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def minimum_version(self) -> int: ...
+    @property
+    def maximum_version(self) -> int: ...
+
+
+class _MemberLike(Protocol):
+    @property
+    def assignors(self) -> Sequence[_AssignorLike]: ...
+
+
+def profile_of(member: _MemberLike) -> Profile:
+    return tuple((a.name, a.minimum_version, a.maximum_version) for a in member.assignors)
+
+
+class _IdHeap:
+    """Member ids of one profile: O(log n) add, O(1) remove, smallest id in amortised
+    O(log n) (removed ids are pruned lazily when they reach the top)."""
+
+    __slots__ = ("_heap", "_live")
+
+    def __init__(self) -> None:
+        self._heap: list[str] = []
+        self._live: set[str] = set()
+
+    def add(self, member_id: str) -> None:
+        if member_id not in self._live:
+            self._live.add(member_id)
+            heapq.heappush(self._heap, member_id)
+
+    def remove(self, member_id: str) -> None:
+        self._live.discard(member_id)
+        if len(self._heap) > 2 * len(self._live) + 16:  # keep dead entries bounded
+            self._heap = sorted(self._live)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def smallest(self, skip: Callable[[str], bool], limit: int | None = None) -> list[str]:
+        """Up to `limit` (default 1) smallest live ids for which `skip` is false, in order.
+        Costs O((found + skipped) log n): callers skip only a few ids."""
+        heap = self._heap
+        while heap and heap[0] not in self._live:
+            heapq.heappop(heap)
+        want = 1 if limit is None else limit
+        found: list[str] = []
+        popped: list[str] = []
+        while heap and len(found) < want:
+            member_id = heapq.heappop(heap)
+            if member_id not in self._live:
+                continue
+            popped.append(member_id)
+            if not skip(member_id):
+                found.append(member_id)
+        for member_id in popped:
+            heapq.heappush(heap, member_id)
+        return found
+
+
+class SelectionIndex:
+    """Member profiles of a group, counted, with the ids of each profile's members."""
+
+    __slots__ = ("_counts", "_ids")
+
+    def __init__(self) -> None:
+        self._counts: dict[Profile, int] = {}
+        self._ids: dict[Profile, _IdHeap] = {}
+
+    def add(self, member_id: str, profile: Profile) -> None:
+        self._counts[profile] = self._counts.get(profile, 0) + 1
+        self._ids.setdefault(profile, _IdHeap()).add(member_id)
+
+    def remove(self, member_id: str, profile: Profile) -> None:
+        count = self._counts.get(profile, 0) - 1
+        if count <= 0:
+            self._counts.pop(profile, None)
+            self._ids.pop(profile, None)
+            return
+        self._counts[profile] = count
+        self._ids[profile].remove(member_id)
+
+    @property
+    def counts(self) -> Mapping[Profile, int]:
+        return self._counts
+
+    def smallest(
+        self, profile: Profile, skip: Callable[[str], bool], limit: int | None = None
+    ) -> list[str]:
+        ids = self._ids.get(profile)
+        return [] if ids is None else ids.smallest(skip, limit)
