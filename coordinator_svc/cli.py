@@ -16,12 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import logs
-from .core.model import GroupConfigDefaults
+from .core.model import DEFAULT_MAX_MESSAGE_BYTES, GroupConfigDefaults
 
 log = logging.getLogger("coordinator")
 
 DEFAULT_PORT = 9093
 DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
+MAX_MESSAGE_BYTES_ENV = "COORDINATOR_MAX_MESSAGE_BYTES"
+#: gRPC keeps message lengths in a signed 32-bit int.
+MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
 
 
 def _env(name: str, default: Any) -> Any:
@@ -29,6 +32,29 @@ def _env(name: str, default: Any) -> Any:
     if value is None:
         return default
     return type(default)(value) if default is not None else value
+
+
+def _add_max_message_bytes(p: argparse.ArgumentParser, what: str) -> None:
+    # The environment's value stays a string so that argparse converts it like the flag's and
+    # reports a bad one as a usage error rather than a traceback.
+    p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=os.environ.get(MAX_MESSAGE_BYTES_ENV, DEFAULT_MAX_MESSAGE_BYTES),
+        help=f"largest gRPC message {what} sends or accepts, in bytes; raise it when a "
+        "PrepareAssignment (every member and the whole catalogue) or an answer to describe "
+        f"exceeds it ({MAX_MESSAGE_BYTES_ENV}; default %(default)s)",
+    )
+
+
+def _message_bytes_problem(args: argparse.Namespace) -> str | None:
+    """Why --max-message-bytes is unusable, or None (gRPC takes 1 .. 2**31-1)."""
+    if not 0 < args.max_message_bytes <= MAX_GRPC_MESSAGE_BYTES:
+        return (
+            f"--max-message-bytes ({MAX_MESSAGE_BYTES_ENV}) must be between 1 and "
+            f"{MAX_GRPC_MESSAGE_BYTES}, not {args.max_message_bytes}"
+        )
+    return None
 
 
 def _add_serve(sub: Any) -> None:
@@ -127,6 +153,7 @@ def _add_serve(sub: Any) -> None:
         default=_env("GRPC_MAX_WORKERS", 32),
         help="gRPC worker threads (GRPC_MAX_WORKERS)",
     )
+    _add_max_message_bytes(p, "the server")
     p.add_argument(
         "--no-migrate",
         action="store_true",
@@ -162,6 +189,7 @@ def serve(args: argparse.Namespace) -> int:
         scheduled_rebalance_max_delay_ms=args.scheduled_rebalance_max_delay_ms,
         assignment_error_backoff_ms=args.assignment_error_backoff_ms,
         max_group_size=args.max_group_size,
+        max_message_bytes=args.max_message_bytes,
     )
     store = SqlStore(
         args.database_url, owner_id=node_id, advertised_address=advertised, lease_ms=args.lease_ms
@@ -177,7 +205,12 @@ def serve(args: argparse.Namespace) -> int:
             return 2
     metrics = Metrics()
     manager = GroupManager(store, defaults, metrics)
-    server, port, health = create_server(manager, f"{host}:{args.port}", args.max_workers)
+    server, port, health = create_server(
+        manager,
+        f"{host}:{args.port}",
+        args.max_workers,
+        max_message_bytes=defaults.max_message_bytes,
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -200,6 +233,7 @@ def serve(args: argparse.Namespace) -> int:
             node_id=node_id,
             database=_redact(args.database_url),
             metrics_port=args.metrics_port or None,
+            max_message_bytes=defaults.max_message_bytes,
         ),
     )
     while not stop.wait(1.0):
@@ -233,11 +267,13 @@ def migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stubs(address: str) -> tuple[Any, Any]:
+def _stubs(address: str, max_message_bytes: int) -> tuple[Any, Any]:
     import grpc
     from connect.group.v1 import admin_pb2_grpc
 
-    channel = grpc.insecure_channel(address)
+    from .grpc_api.server import channel_options
+
+    channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
     return channel, admin_pb2_grpc.ConnectGroupAdminStub(channel)
 
 
@@ -249,7 +285,7 @@ def _call_owner(args: argparse.Namespace, group_id: str, rpc: str, request: Any)
     address = args.coordinator
     resp: Any = None
     for attempt in range(4):
-        channel, admin = _stubs(address)
+        channel, admin = _stubs(address, args.max_message_bytes)
         with channel:
             resp = getattr(admin, rpc)(request, timeout=args.timeout)
             code = resp.groups[0].error_code if rpc == "DescribeGroups" else resp.error_code
@@ -286,7 +322,7 @@ def describe(args: argparse.Namespace) -> int:
         if args.follow:
             group = _call_owner(args, group_id, "DescribeGroups", request).groups[0]
         else:
-            channel, admin = _stubs(args.coordinator)
+            channel, admin = _stubs(args.coordinator, args.max_message_bytes)
             with channel:
                 group = admin.DescribeGroups(request, timeout=args.timeout).groups[0]
         if group.error_code != 0:
@@ -299,7 +335,7 @@ def describe(args: argparse.Namespace) -> int:
 def list_groups(args: argparse.Namespace) -> int:
     from connect.group.v1 import admin_pb2
 
-    channel, admin = _stubs(args.coordinator)
+    channel, admin = _stubs(args.coordinator, args.max_message_bytes)
     with channel:
         resp = admin.ListGroups(admin_pb2.ListGroupsRequest(), timeout=args.timeout)
         if _check(resp):
@@ -390,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="coordinator host:port (COORDINATOR)",
         )
         p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+        _add_max_message_bytes(p, "this command")
         return p
 
     d = client(
@@ -433,6 +470,11 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if hasattr(args, "max_message_bytes"):  # serve and the operator commands
+        problem = _message_bytes_problem(args)
+        if problem is not None:
+            print(f"coordinator-svc {args.command}: {problem}", file=sys.stderr)
+            return 2
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator_svc import logs
+from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES
 
 from .assignors import PROTOCOLS, assignors_for_protocol
 from .hooks import ExecHookListener, WebhookListener
 from .listener import CallbackListener, CompositeListener, RebalanceEvent, WorkerRebalanceListener
-from .runtime import Agent, AgentSettings
+from .runtime import MAX_GRPC_MESSAGE_BYTES, Agent, AgentSettings
 from .status import StatusServer
 
 log = logging.getLogger("worker_agent")
@@ -121,6 +122,14 @@ def _parser() -> argparse.ArgumentParser:
         help="deadline of every call to the coordinator (WORKER_AGENT_RPC_TIMEOUT_S)",
     )
     run.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=_env("MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES),
+        help="largest gRPC message the agent sends to or accepts from the coordinator, in "
+        "bytes; a PrepareAssignment answer holds every member and the whole catalogue "
+        f"(WORKER_AGENT_MAX_MESSAGE_BYTES; default {DEFAULT_MAX_MESSAGE_BYTES}, 64 MiB)",
+    )
+    run.add_argument(
         "--log-level", default=_env("LOG_LEVEL", "INFO"), help="(WORKER_AGENT_LOG_LEVEL)"
     )
     run.add_argument(
@@ -167,6 +176,13 @@ def run(args: argparse.Namespace) -> int:
     if args.rebalance_timeout_ms <= 0:
         print("worker-agent: --rebalance-timeout-ms must be positive", file=sys.stderr)
         return 2
+    if not 0 < args.max_message_bytes <= MAX_GRPC_MESSAGE_BYTES:
+        print(
+            f"worker-agent: --max-message-bytes (WORKER_AGENT_MAX_MESSAGE_BYTES) must be between "
+            f"1 and {MAX_GRPC_MESSAGE_BYTES}, not {args.max_message_bytes}",
+            file=sys.stderr,
+        )
+        return 2
     status: StatusServer | None = None
     if args.status_port is not None:
         status = StatusServer(
@@ -184,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         url=args.url,
         eager=args.protocol == "eager",
         rpc_timeout_s=args.rpc_timeout_s,
+        max_message_bytes=args.max_message_bytes,
     )
     agent = Agent(settings, build_listener(args), status)
     signals = 0

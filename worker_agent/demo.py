@@ -25,6 +25,8 @@ from typing import Any
 import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc
 
+from .runtime import channel_options
+
 GROUP = "demo"
 CONNECTORS = (("orders-sink", 4), ("clicks-source", 3), ("audit-log", 2))
 LATE_CONNECTOR = ("payments-sink", 3)
@@ -47,7 +49,7 @@ class Demo:
         self.address = f"127.0.0.1:{self.port}"
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
-        self.channel = grpc.insecure_channel(self.address)
+        self.channel = grpc.insecure_channel(self.address, options=channel_options())
         self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
         self.step = ""
         self.history: list[str] = []

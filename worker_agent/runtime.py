@@ -6,11 +6,19 @@ deadline), asks FindCoordinator and reconnects. Listener calls run on a work thr
 retries (a failing hook leaves its revocation unacknowledged, DESIGN 2.3); an assignment
 computation (Prepare, assign, Install) runs on a thread of its own, so heartbeats go on while
 either is busy. Every access to the machine holds one lock.
+
+Every channel sends and accepts messages of up to `AgentSettings.max_message_bytes`. A call that
+fails with RESOURCE_EXHAUSTED (a message over a limit, here or at the coordinator) will fail the
+same way until someone raises a limit, so it is not retried at once: an assignment computation
+waits an exponentially growing, jittered time before it reports done (which would otherwise send
+a heartbeat at once, be asked to compute again and loop), and the condition is logged once when it
+starts and once when it ends, naming the flags that raise the limits.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +30,7 @@ import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.model import Assignor
+from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES, Assignor
 from coordinator_svc.core.resources import EMPTY, ResourceSet
 
 from . import wire
@@ -45,6 +53,24 @@ log = logging.getLogger("worker_agent")
 
 RPC_TIMEOUT_S = 5.0
 LEAVE_TIMEOUT_S = 10.0
+#: gRPC keeps message lengths in a signed 32-bit int.
+MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
+
+
+def channel_options(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> list[tuple[str, int]]:
+    """gRPC channel options that set both the send and the receive limit to
+    `max_message_bytes` (gRPC's own defaults are 4 MiB received, unlimited sent)."""
+    if not 0 < max_message_bytes <= MAX_GRPC_MESSAGE_BYTES:
+        raise ValueError(
+            f"max_message_bytes must be between 1 and {MAX_GRPC_MESSAGE_BYTES}, "
+            f"not {max_message_bytes}"
+        )
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
 
 
 def monotonic_ms() -> int:
@@ -65,6 +91,12 @@ class AgentSettings:
     leave_timeout_s: float = LEAVE_TIMEOUT_S
     listener_initial_backoff_s: float = 0.1
     listener_max_backoff_s: float = 5.0
+    #: The largest message the agent's channels send or accept.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: After an assignment computation failed with RESOURCE_EXHAUSTED: the first wait before
+    #: it may be tried again, doubled (with jitter) after each further such failure, up to the cap.
+    too_large_initial_backoff_s: float = 0.2
+    too_large_max_backoff_s: float = 5.0
 
 
 def advertised(assignors: Sequence[ConnectAssignor]) -> tuple[Assignor, ...]:
@@ -85,12 +117,32 @@ def advertised(assignors: Sequence[ConnectAssignor]) -> tuple[Assignor, ...]:
     return tuple(out)
 
 
+class _Backoff:
+    """Exponential backoff with jitter: each wait is a random time between half and all of the
+    current step, which starts at `initial_s` and doubles up to `max_s`."""
+
+    def __init__(self, initial_s: float, max_s: float) -> None:
+        if initial_s <= 0 or max_s < initial_s:
+            raise ValueError("need 0 < initial_s <= max_s")
+        self._initial_s = initial_s
+        self._max_s = max_s
+        self._step_s = initial_s
+
+    def next_wait_s(self) -> float:
+        wait_s = self._step_s * (0.5 + 0.5 * random.random())
+        self._step_s = min(self._step_s * 2, self._max_s)
+        return wait_s
+
+    def reset(self) -> None:
+        self._step_s = self._initial_s
+
+
 class _Connection:
     """A channel to one coordinator address, with its stubs."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
         self.coordinator = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self.channel)
         self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
 
@@ -131,7 +183,11 @@ class Agent:
         self._wake = threading.Event()
         self._stop_requested = threading.Event()
         self._abandon = threading.Event()  # stop retrying listener calls: the process exits
-        self._connection = _Connection(settings.coordinators[0])
+        self._connection = self._connect(settings.coordinators[0])
+        self._too_large_backoff = _Backoff(
+            settings.too_large_initial_backoff_s, settings.too_large_max_backoff_s
+        )
+        self._too_large: set[str] = set()  # RPCs whose last call failed with RESOURCE_EXHAUSTED
         self._work = ThreadPoolExecutor(1, thread_name_prefix="listener")
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="assignor")
         self._last_installed_epoch = -1
@@ -239,6 +295,45 @@ class Agent:
             case FindCoordinator(reason=reason):
                 self._find_coordinator(reason)
 
+    def _connect(self, address: str) -> _Connection:
+        return _Connection(address, self.settings.max_message_bytes)
+
+    # --- RESOURCE_EXHAUSTED ----------------------------------------------------------------
+
+    def _note_call(self, rpc: str, error: grpc.RpcError | None) -> bool:
+        """Record how a call of `rpc` ended (`error` None: it was answered). Logs when its
+        calls start failing with RESOURCE_EXHAUSTED and when they stop; returns whether this
+        one did."""
+        too_large = error is not None and _status(error) is grpc.StatusCode.RESOURCE_EXHAUSTED
+        if too_large and rpc not in self._too_large:
+            self._too_large.add(rpc)
+            assert error is not None
+            log.error(
+                "%s failed: a message exceeded the gRPC message size limit (%s). Retrying with "
+                "backoff; logged again only once it works. %s",
+                rpc,
+                _rpc_error(error),
+                self._raise_limit_hint(error),
+            )
+        elif not too_large and rpc in self._too_large and error is None:
+            self._too_large.discard(rpc)
+            log.warning("%s works again: its messages fit the size limit", rpc)
+        return too_large
+
+    def _raise_limit_hint(self, error: grpc.RpcError) -> str:
+        """Which flag raises the limit that was hit (gRPC's details say whose it was)."""
+        details = error.details() if hasattr(error, "details") else ""
+        agent = (
+            "`worker-agent run --max-message-bytes` (WORKER_AGENT_MAX_MESSAGE_BYTES, now "
+            f"{self.settings.max_message_bytes})"
+        )
+        coordinator = "`coordinator-svc serve --max-message-bytes` (COORDINATOR_MAX_MESSAGE_BYTES)"
+        if details and details.startswith("CLIENT:"):
+            return f"It is this agent's limit: raise it with {agent}."
+        if details and details.startswith("SERVER:"):
+            return f"It is the coordinator's limit: raise it with {coordinator}."
+        return f"Raise the limits with {agent} and {coordinator}; both sides must allow it."
+
     # --- heartbeats ------------------------------------------------------------------------
 
     def _call_timeout_s(self) -> float:
@@ -257,9 +352,13 @@ class Agent:
                 wire.heartbeat_request(request), timeout=self._call_timeout_s()
             )
         except grpc.RpcError as error:
+            # The machine backs the next heartbeat off (at most a heartbeat interval apart), so
+            # even a heartbeat that is too large is not retried in a tight loop.
+            self._note_call("ConnectGroupHeartbeat", error)
             with self._lock:
                 self.machine.on_heartbeat_failed(_rpc_error(error), self._clock_ms())
             return
+        self._note_call("ConnectGroupHeartbeat", None)
         response = wire.heartbeat_response(answer)
         with self._lock:
             before = self.machine.assigned
@@ -296,7 +395,7 @@ class Agent:
         found: str | None = None
         for address in candidates:
             connection = (
-                self._connection if address == self._connection.address else _Connection(address)
+                self._connection if address == self._connection.address else self._connect(address)
             )
             try:
                 resp = connection.admin.FindCoordinator(
@@ -313,7 +412,7 @@ class Agent:
                 break
         if found is not None and found != self._connection.address:
             log.info("coordinator of %s is %s; reconnecting", self.settings.group_id, found)
-            old, self._connection = self._connection, _Connection(found)
+            old, self._connection = self._connection, self._connect(found)
             old.close()
         with self._lock:
             self.machine.coordinator_found(self._clock_ms())
@@ -359,6 +458,13 @@ class Agent:
     def _compute_assignment(self) -> None:
         try:
             self._prepare_assign_install()
+            self._too_large_backoff.reset()
+        except _TooLarge:
+            # Reporting done at once would heartbeat, be asked to compute again and fail the
+            # same way, in a tight loop: wait first (a stop ends the wait).
+            wait_s = self._too_large_backoff.next_wait_s()
+            log.debug("computing the assignment again in %.2f s at the earliest", wait_s)
+            self._stop_requested.wait(wait_s)
         except Exception:
             log.exception("computing the assignment failed")
         finally:
@@ -370,11 +476,12 @@ class Agent:
         s = self.settings
         with self._lock:
             epoch = self.machine.epoch
-        prepared = self._connection.coordinator.ConnectGroupPrepareAssignment(
+        prepared = self._call(
+            "ConnectGroupPrepareAssignment",
+            self._connection.coordinator.ConnectGroupPrepareAssignment,
             coordinator_pb2.ConnectGroupPrepareAssignmentRequest(
                 group_id=s.group_id, member_id=s.member_id, member_epoch=epoch
             ),
-            timeout=s.rpc_timeout_s,
         )
         if prepared.error_code != 0:
             log.warning(
@@ -401,11 +508,12 @@ class Agent:
         elapsed_ms = (time.perf_counter() - started) * 1000
         with self._lock:
             epoch = self.machine.epoch
-        answer = self._connection.coordinator.ConnectGroupInstallAssignment(
+        answer = self._call(
+            "ConnectGroupInstallAssignment",
+            self._connection.coordinator.ConnectGroupInstallAssignment,
             wire.install_request(
                 s.group_id, s.member_id, epoch, group.group_epoch, result, group.assignor_version
             ),
-            timeout=s.rpc_timeout_s,
         )
         if answer.error_code != 0:
             log.warning(
@@ -428,6 +536,26 @@ class Agent:
             else "",
         )
 
+    def _call(self, rpc: str, method: Callable[..., Any], request: Any) -> Any:
+        """One call of the assignment computation; RESOURCE_EXHAUSTED raises `_TooLarge`."""
+        try:
+            answer = method(request, timeout=self.settings.rpc_timeout_s)
+        except grpc.RpcError as error:
+            if self._note_call(rpc, error):
+                raise _TooLarge(rpc) from error
+            raise
+        self._note_call(rpc, None)
+        return answer
+
+
+class _TooLarge(Exception):
+    """A call failed with RESOURCE_EXHAUSTED: a message exceeded a size limit (logged)."""
+
+
+def _status(error: grpc.RpcError) -> grpc.StatusCode | None:
+    code = error.code() if hasattr(error, "code") else None
+    return code if isinstance(code, grpc.StatusCode) else None
+
 
 def _rpc_error(error: grpc.RpcError) -> str:
     code = error.code() if hasattr(error, "code") else None
@@ -441,4 +569,4 @@ def _describe(resources: ResourceSet) -> str:
     return ", ".join(resources.sorted_connectors() + [str(t) for t in resources.sorted_tasks()])
 
 
-__all__ = ["EMPTY", "Agent", "AgentSettings", "advertised", "monotonic_ms"]
+__all__ = ["EMPTY", "Agent", "AgentSettings", "advertised", "channel_options", "monotonic_ms"]

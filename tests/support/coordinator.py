@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -18,8 +19,8 @@ import grpc
 from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator_svc.core.model import GroupConfigDefaults
-from coordinator_svc.grpc_api.server import create_server, set_serving
+from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES, GroupConfigDefaults
+from coordinator_svc.grpc_api.server import channel_options, create_server, set_serving
 from coordinator_svc.runtime.groups import GroupManager
 from coordinator_svc.store import SqlStore
 
@@ -42,9 +43,9 @@ def free_port() -> int:
 
 
 class Stubs:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
         self.coordinator = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self.channel)
         self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
@@ -62,6 +63,7 @@ class InProcessCoordinator:
         defaults: GroupConfigDefaults = FAST_DEFAULTS,
         lease_ms: int = 5_000,
         node_id: str | None = None,
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
     ) -> None:
         self.database_url = database_url
         self.node_id = node_id or f"test-{uuid.uuid4().hex[:6]}"
@@ -72,7 +74,13 @@ class InProcessCoordinator:
         )
         self.store.migrate()
         self.manager = GroupManager(self.store, defaults)
-        self.server, _, self.health = create_server(self.manager, self.address, max_workers=16)
+        self.server, _, self.health = create_server(
+            self.manager,
+            self.address,
+            max_workers=16,
+            max_message_bytes=defaults.max_message_bytes,
+            interceptors=interceptors,
+        )
         self.stubs: Stubs | None = None
 
     def __enter__(self) -> InProcessCoordinator:
