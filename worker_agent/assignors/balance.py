@@ -1,20 +1,27 @@
 """Sticky balancing of one kind of resource (connectors, or tasks) over a group's members.
 
 Pure and deterministic: members are ordered by id and resources by name, so the order of the
-inputs never matters.
+inputs never matters. Linear in members plus resources, apart from the sorts whose order shows
+in the result: the members by id, the resources handed out, and what a member above its quota
+gives up (only among that member's share, only as many as it gives up).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from coordinator_svc.core.resources import TaskId
 
-__all__ = ["balance", "quotas"]
+__all__ = ["TASK_ORDER", "balance", "balance_sorted", "quotas"]
 
 R = TypeVar("R", str, TaskId)
+
+#: A sort key that orders tasks exactly as `TaskId`'s own ordering does (connector, then task
+#: number), but compares plain tuples instead of calling the dataclass's `__lt__`.
+TASK_ORDER: Callable[[TaskId], tuple[str, int]] = attrgetter("connector", "task")
 
 
 def quotas(counts: Mapping[str, int], total: int) -> dict[str, int]:
@@ -23,22 +30,34 @@ def quotas(counts: Mapping[str, int], total: int) -> dict[str, int]:
     The ceilings go first to members that already hold more than the floor (the most loaded
     first), so that as few resources as possible move; the rest by member id.
     """
-    if not counts:
+    return _quotas(sorted(counts), counts, total)
+
+
+def _quotas(ids: Sequence[str], counts: Mapping[str, int], total: int) -> dict[str, int]:
+    """`quotas`, with the members already sorted by id."""
+    if not ids:
         return {}
-    floor, ceilings = divmod(total, len(counts))
-
-    def rank(member: str) -> tuple[int, int, str]:
-        count = counts[member]
-        return (0, -count, member) if count > floor else (1, 0, member)
-
-    ranked = sorted(counts, key=rank)
-    return {member: floor + (1 if i < ceilings else 0) for i, member in enumerate(ranked)}
+    floor, ceilings = divmod(total, len(ids))
+    quota = dict.fromkeys(ids, floor)
+    if ceilings:
+        above = [m for m in ids if counts[m] > floor]  # by id
+        if len(above) > ceilings:  # which of them get a ceiling: the most loaded, ties by id
+            above.sort(key=lambda m: -counts[m])  # stable, so ties stay in id order
+        chosen = above[:ceilings]
+        if len(chosen) < ceilings:
+            rest = (m for m in ids if counts[m] <= floor)
+            chosen.extend(m for m, _ in zip(rest, range(ceilings - len(chosen)), strict=False))
+        for member in chosen:
+            quota[member] = floor + 1
+    return quota
 
 
 def balance(
     shares: Mapping[str, frozenset[R]],
     unassigned: Iterable[R],
     running: Mapping[str, frozenset[R]],
+    *,
+    key: Callable[[R], Any] | None = None,
 ) -> dict[str, frozenset[R]]:
     """Give every member of `shares` the floor or the ceiling of all resources (theirs plus
     `unassigned`), moving the fewest possible from where `shares` puts them.
@@ -47,26 +66,121 @@ def balance(
     (`running`: what it owns now), then the highest names. Freed and unassigned resources go,
     in name order, to the least loaded member below its quota (ties by member id), so an empty
     newcomer fills first. With no members there is nobody to give anything: `{}`.
+
+    `key`, if given, must order the resources exactly as their natural order does (it only makes
+    the sorting cheaper, e.g. `TASK_ORDER` for tasks).
     """
     if not shares:
         return {}
-    pool = set(unassigned)
-    total = len(pool) + sum(len(share) for share in shares.values())
-    quota = quotas({m: len(share) for m, share in shares.items()}, total)
-    result = {m: set(share) for m, share in shares.items()}
-    for member in sorted(result):
-        surplus = len(result[member]) - quota[member]
+    return balance_sorted(
+        sorted(shares), shares, list(set(unassigned)), running, key=key, distinct=False
+    )
+
+
+def balance_sorted(
+    ids: Sequence[str],
+    shares: Mapping[str, Collection[R]],
+    pool: list[R],
+    running: Mapping[str, Collection[R]],
+    *,
+    key: Callable[[R], Any] | None = None,
+    presorted: bool = False,
+    distinct: bool = True,
+) -> dict[str, frozenset[R]]:
+    """`balance`, for callers that already have the member ids sorted and the unassigned
+    resources as a list (`pool`, which this consumes).
+
+    With `distinct`, the caller promises that `pool` holds each resource once and none that a
+    share holds; with `presorted`, that `pool` is already in name order. A member whose share
+    does not change gets its own `shares` entry back (the same object, if it is a frozenset).
+    """
+    counts = {m: len(shares[m]) for m in ids}
+    quota = _quotas(ids, counts, len(pool) + sum(counts.values()))
+    given_up: dict[str, list[R]] = {}
+    for member in ids:
+        surplus = counts[member] - quota[member]
         if surplus > 0:
-            mine = running.get(member, frozenset())
-            given_up = sorted(result[member], key=lambda r: (r not in mine, r), reverse=True)
-            for resource in given_up[:surplus]:
-                result[member].discard(resource)
-                pool.add(resource)
-    below = [(len(result[m]), m) for m in sorted(result) if len(result[m]) < quota[m]]
-    heapq.heapify(below)
-    for resource in sorted(pool):
-        count, member = heapq.heappop(below)
-        result[member].add(resource)
-        if count + 1 < quota[member]:
-            heapq.heappush(below, (count + 1, member))
-    return {m: frozenset(share) for m, share in result.items()}
+            given = _surplus(shares[member], running.get(member, frozenset()), surplus, key)
+            given_up[member] = given
+            counts[member] -= surplus
+            pool.extend(given)
+            presorted = False
+    if not distinct:
+        pool = list(set(pool))
+        presorted = False
+    if not presorted:
+        pool.sort(key=key)
+    received = _hand_out(pool, ids, counts, quota)
+    out: dict[str, frozenset[R]] = {}
+    for member in ids:
+        share = shares[member]
+        given = given_up.get(member, [])
+        got = received.get(member, [])
+        if given or got or not isinstance(share, frozenset):
+            out[member] = frozenset(share).difference(given).union(got)
+        else:
+            out[member] = share
+    return out
+
+
+def _surplus(
+    share: Collection[R], mine: Collection[R], surplus: int, key: Callable[[R], Any] | None
+) -> list[R]:
+    """The `surplus` resources of `share` to give up: first those not in `mine` (not yet
+    running there), highest names first; then, if that is not enough, the highest of the rest."""
+    whole: frozenset[R] = frozenset(share)  # no copy if it is one already
+    spare: frozenset[R] = whole.difference(mine)
+    if len(spare) >= surplus:
+        return _highest(spare, surplus, key)
+    given = list(spare)
+    given.extend(_highest(whole - spare, surplus - len(spare), key))
+    return given
+
+
+def _highest(items: Collection[R], count: int, key: Callable[[R], Any] | None) -> list[R]:
+    """The `count` highest of `items` (distinct), in no particular order."""
+    if count >= len(items):
+        return list(items)
+    if count * 8 >= len(items):
+        return sorted(items, key=key)[len(items) - count :]
+    return heapq.nlargest(count, items, key=key)
+
+
+def _hand_out(
+    pool: Sequence[R], ids: Sequence[str], counts: Mapping[str, int], quota: Mapping[str, int]
+) -> dict[str, list[R]]:
+    """Hand out `pool`, in order, each resource to the least loaded member below its quota
+    (ties by member id): what each member receives.
+
+    The same as popping a heap of (count, member) per resource, but level by level: every
+    member at the lowest count gets one, in id order, and then the level above (those still
+    below quota, plus the members that started there) takes its turn."""
+    received: dict[str, list[R]] = {}
+    starting: dict[int, list[str]] = {}
+    for member in ids:
+        if counts[member] < quota[member]:
+            starting.setdefault(counts[member], []).append(member)  # by id
+            received[member] = []
+    levels = sorted(starting)
+    next_start = 0  # index into `levels` of the next level with members starting there
+    level = levels[0] if levels else 0
+    waiting: list[str] = []  # members moved up from the level below, by id
+    position, end = 0, len(pool)
+    while position < end:
+        if not waiting:
+            if next_start >= len(levels):
+                raise AssertionError("more resources to hand out than room below the quotas")
+            level = max(level, levels[next_start])
+        if next_start < len(levels) and levels[next_start] == level:
+            fresh = starting[level]
+            next_start += 1
+            turn = sorted(waiting + fresh) if waiting else fresh
+        else:
+            turn = waiting
+        chunk = pool[position : position + len(turn)]
+        for member, resource in zip(turn, chunk, strict=False):
+            received[member].append(resource)
+        position += len(chunk)
+        level += 1
+        waiting = [m for m in turn if level < quota[m]]
+    return received

@@ -1,8 +1,10 @@
-"""The Eager assignor: Kafka Connect's original round-robin (protocol version 0, DESIGN 3.15)."""
+"""The Eager assignor: Kafka Connect's original round-robin (protocol version 0, DESIGN 3.15).
+
+Linear: one sort of the connector names, then every member's share is a stride of the dealt
+sequence.
+"""
 
 from __future__ import annotations
-
-from itertools import cycle
 
 from coordinator_svc.core.resources import ResourceSet, TaskId
 
@@ -27,14 +29,13 @@ class EagerAssignor(ConnectAssignor):
         member_ids = sorted({m.member_id for m in group.members})
         if not member_ids:
             return AssignmentResult(members={})
-        connectors: dict[str, list[str]] = {m: [] for m in member_ids}
-        tasks: dict[str, list[TaskId]] = {m: [] for m in member_ids}
-        rotation = cycle(member_ids)
-        for name in sorted(group.catalogue):
-            connectors[next(rotation)].append(name)
-        for name in sorted(group.catalogue):
-            for task in range(group.catalogue[name]):
-                tasks[next(rotation)].append(TaskId(name, task))
+        names = sorted(group.catalogue)
+        tasks = [TaskId(name, task) for name in names for task in range(group.catalogue[name])]
+        # The rotation deals item k to member k mod n: connectors are items 0.., the tasks follow.
+        n, offset = len(member_ids), len(names)
         return AssignmentResult(
-            members={m: ResourceSet.of(connectors[m], tasks[m]) for m in member_ids}
+            members={
+                m: ResourceSet(frozenset(names[i::n]), frozenset(tasks[(i - offset) % n :: n]))
+                for i, m in enumerate(member_ids)
+            }
         )
