@@ -337,13 +337,21 @@ def list_groups(args: argparse.Namespace) -> int:
 
     channel, admin = _stubs(args.coordinator, args.max_message_bytes)
     with channel:
-        resp = admin.ListGroups(admin_pb2.ListGroupsRequest(), timeout=args.timeout)
-        if _check(resp):
-            return 1
-        print(f"{'GROUP':<30} {'STATE':<12} {'EPOCH':>6} {'MEMBERS':>8}")
-        for g in resp.groups:
-            print(f"{g.group_id:<30} {g.state:<12} {g.group_epoch:>6} {g.member_count:>8}")
-    return 0
+        token, header = "", True
+        while True:  # page by page, printing as the pages come
+            resp = admin.ListGroups(
+                admin_pb2.ListGroupsRequest(page_token=token), timeout=args.timeout
+            )
+            if _check(resp):
+                return 1
+            if header:
+                print(f"{'GROUP':<30} {'STATE':<12} {'EPOCH':>6} {'MEMBERS':>8}")
+                header = False
+            for g in resp.groups:
+                print(f"{g.group_id:<30} {g.state:<12} {g.group_epoch:>6} {g.member_count:>8}")
+            token = resp.next_page_token
+            if not token:
+                return 0
 
 
 def put_connector_cmd(args: argparse.Namespace) -> int:

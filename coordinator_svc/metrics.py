@@ -53,6 +53,12 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
+        self.commit_batch = Histogram(
+            "coordinator_commit_batch_requests",
+            "State-changing requests committed together in one transaction (group commit).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=self.registry,
+        )
         self.errors = Counter(
             "coordinator_errors",
             "Responses with a non-zero error code, by RPC and code.",

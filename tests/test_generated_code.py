@@ -350,11 +350,12 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "string error_message = 2",
             "map<string,string> effective_configs = 3",
         ],
-        "ListGroupsRequest": [],
+        "ListGroupsRequest": ["int32 page_size = 1", "string page_token = 2"],
         "ListGroupsResponse": [
             "ErrorCode error_code = 1",
             "string error_message = 2",
             "repeated ListedGroup groups = 3",
+            "string next_page_token = 4",
         ],
         "ListedGroup": [
             "string group_id = 1",

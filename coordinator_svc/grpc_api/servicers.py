@@ -16,7 +16,7 @@ from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordin
 
 from ..core.admin import alter_configs, delete_connector, put_connector
 from ..core.assignment import current_selection, install_assignment, prepare_assignment
-from ..core.errors import CoordinatorError, ErrorCode
+from ..core.errors import CoordinatorError, ErrorCode, InvalidRequest
 from ..core.heartbeat import heartbeat
 from ..core.model import GroupConfigDefaults, GroupState
 from ..core.results import Result
@@ -64,6 +64,7 @@ class _Base:
     def _serve(
         self,
         rpc: str,
+        context: grpc.ServicerContext,
         request: Any,
         decode: Callable[[Any], Q],
         validate: Callable[[Q], None],
@@ -80,6 +81,7 @@ class _Base:
             resp = self.manager.execute(
                 req.group_id,  # type: ignore[attr-defined]
                 lambda state, now: handle(state, req, now, self.defaults),
+                cancelled=lambda: not context.is_active(),
             )
             if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
                 self.manager.metrics.errors.labels(rpc, ErrorCode(resp.error_code).name).inc()
@@ -93,6 +95,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         started = time.perf_counter()
         out = self._serve(
             "ConnectGroupHeartbeat",
+            context,
             request,
             convert.heartbeat_request,
             validate_heartbeat,
@@ -108,6 +111,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
     def ConnectGroupPrepareAssignment(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._serve(
             "ConnectGroupPrepareAssignment",
+            context,
             request,
             convert.prepare_request,
             validate_prepare,
@@ -121,6 +125,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
     def ConnectGroupInstallAssignment(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._serve(
             "ConnectGroupInstallAssignment",
+            context,
             request,
             convert.install_request,
             validate_install,
@@ -136,6 +141,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
     def PutConnector(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._serve(
             "PutConnector",
+            context,
             request,
             lambda msg: convert.put_connector_request(msg, context.peer()),
             validate_put_connector,
@@ -155,6 +161,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
     def DeleteConnector(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._serve(
             "DeleteConnector",
+            context,
             request,
             lambda msg: convert.delete_connector_request(msg, context.peer()),
             validate_delete_connector,
@@ -179,6 +186,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
 
         return self._serve(
             "AlterGroupConfigs",
+            context,
             request,
             lambda msg: convert.alter_configs_request(msg, context.peer()),
             validate_alter_configs,
@@ -191,17 +199,17 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
 
     def ListGroups(self, request: Any, context: grpc.ServicerContext) -> Any:
         def call() -> Any:
-            out = admin_pb2.ListGroupsResponse()
-            for group_id in self.manager.store.group_ids():
-                state = self.manager.store.load_group(group_id)
-                if state is None:
-                    continue
+            if request.page_size < 0:
+                raise InvalidRequest(f"page_size must be >= 0, not {request.page_size}.")
+            page, next_token = self.manager.list_groups(request.page_token, request.page_size)
+            out = admin_pb2.ListGroupsResponse(next_page_token=next_token)
+            for g in page:
                 out.groups.add(
-                    group_id=group_id,
+                    group_id=g.group_id,
                     group_type="connect",
-                    state=state.status().value,
-                    group_epoch=state.group_epoch,
-                    member_count=len(state.members),
+                    state=g.status.value,
+                    group_epoch=g.group_epoch,
+                    member_count=g.member_count,
                 )
             return out
 
@@ -214,10 +222,12 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
     def DescribeGroups(self, request: Any, context: grpc.ServicerContext) -> Any:
         out = admin_pb2.DescribeGroupsResponse()
         for group_id in request.group_ids:
-            out.groups.append(self._describe(group_id))
+            if not context.is_active():
+                break  # the caller gave up: describe no more
+            out.groups.append(self._describe(group_id, context))
         return out
 
-    def _describe(self, group_id: str) -> Any:
+    def _describe(self, group_id: str, context: grpc.ServicerContext) -> Any:
         def describe(state: GroupState | None, now: int) -> Result[Any]:
             if state is None:
                 return Result(
@@ -237,7 +247,9 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
 
         def call() -> Any:
             validate_group_id(group_id)
-            return self.manager.execute(group_id, describe)
+            return self.manager.execute(
+                group_id, describe, cancelled=lambda: not context.is_active()
+            )
 
         def failed(code: ErrorCode, msg: str) -> Any:
             return admin_pb2.DescribedGroup(

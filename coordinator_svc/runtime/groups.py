@@ -31,7 +31,7 @@ from ..core.results import CancelTimer, Result, ScheduleTimer, TimerKey, TimerOp
 from ..core.timers import on_timer, timers_after_load
 from ..logs import fields
 from ..metrics import Metrics
-from ..store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable
+from ..store import GroupSummary, Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable
 from .timer_service import TimerService
 
 log = logging.getLogger("coordinator")
@@ -51,11 +51,102 @@ class SystemClock:
         return time.time_ns() // 1_000_000
 
 
-@dataclass
+#: Requests one commit carries at most (group commit, see `GroupManager.execute`).
+MAX_BATCH = 256
+#: An owned group with no members, holds or scheduled rebalance, and no request for this long,
+#: gives its lease up and leaves memory (its next request takes it again).
+IDLE_RELEASE_S = 60.0
+#: Groups adopted per renewal pass (the rest on the next passes).
+ADOPT_BATCH = 500
+#: How often a request waiting for its group checks whether its caller gave up.
+CANCEL_POLL_S = 0.05
+
+
+DEFAULT_PAGE_SIZE = 1000
+MAX_PAGE_SIZE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    """A group as ListGroups shows it."""
+
+    group_id: str
+    status: GroupStatus
+    group_epoch: int
+    member_count: int
+
+    @staticmethod
+    def of(summary: GroupSummary) -> ListedGroup:
+        """The group's state from the database's counts, by `GroupState.status`'s rules."""
+        if summary.member_count == 0:
+            status = GroupStatus.EMPTY
+        elif summary.group_epoch > summary.assignment_epoch:
+            status = GroupStatus.ASSIGNING
+        elif summary.unsettled_members > 0:
+            status = GroupStatus.RECONCILING
+        else:
+            status = GroupStatus.STABLE
+        return ListedGroup(summary.group_id, status, summary.group_epoch, summary.member_count)
+
+
+class RequestCancelled(CoordinatorNotAvailable):
+    """The caller gave up while the request waited for its group: it is not run."""
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A request waiting for its group: the handler, and once run, its outcome."""
+
+    handler: Handler[Any]
+    cancelled: Callable[[], bool] | None = None
+    done: bool = False
+    response: Any = None
+    error: BaseException | None = None
+
+    def succeed(self, response: Any) -> None:
+        self.response, self.done = response, True
+
+    def fail(self, error: BaseException) -> None:
+        self.error, self.done = error, True
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+
+@dataclass(eq=False)
 class _OwnedGroup:
     lease: Lease
     state: GroupState | None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    queue: list[_Pending] = field(default_factory=list)
+    queue_lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+
+    def enqueue(self, pending: _Pending) -> None:
+        with self.queue_lock:
+            self.queue.append(pending)
+
+    def withdraw(self, pending: _Pending) -> None:
+        with self.queue_lock:
+            if pending in self.queue:
+                self.queue.remove(pending)
+
+    def take(self) -> list[_Pending]:
+        with self.queue_lock:
+            batch, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
+        return batch
+
+    def idle(self) -> bool:
+        """Nothing to serve and no timer to run: safe to let go of."""
+        state = self.state
+        return (
+            state is not None
+            and not state.members
+            and not state.meta.holds
+            and state.target.scheduled_rebalance_at_ms is None
+        )
 
 
 class GroupManager:
@@ -72,6 +163,7 @@ class GroupManager:
         self.metrics = metrics or Metrics()
         self.clock = clock or SystemClock()
         self._groups: dict[str, _OwnedGroup] = {}
+        self._kept_leases: dict[str, Lease] = {}  # of groups dropped after a failed commit
         self._acquire_lock = threading.Lock()
         self._timers = TimerService(self.clock.now_ms, self._fire)
         self._renew_interval_s = renew_interval_s or store.lease_ms / 3000
@@ -82,8 +174,9 @@ class GroupManager:
     # --- lifecycle ---
 
     def start(self) -> None:
+        """Start timers and the renewer thread, which adopts groups that need an owner in the
+        background (start-up does not wait for them: the port can open at once)."""
         self._timers.start()
-        self.adopt_free_groups()
         self._renewer.start()
 
     def stop(self) -> None:
@@ -105,31 +198,126 @@ class GroupManager:
 
     # --- requests ---
 
-    def execute(self, group_id: str, handler: Handler[R], *, create: bool = True) -> R:
+    def execute(
+        self,
+        group_id: str,
+        handler: Handler[R],
+        *,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> R:
         """Run a core handler on the group this process owns (taking it over if its lease is
-        free). Raises NotCoordinator / CoordinatorNotAvailable when it cannot serve."""
+        free). Raises NotCoordinator / CoordinatorNotAvailable when it cannot serve, and
+        RequestCancelled if `cancelled()` turns true before the handler ran.
+
+        Group commit: requests queue for their group; whoever holds the group's lock runs every
+        queued handler in order (each sees the state the previous ones left), commits all their
+        records in one transaction, and only then answers each of them. So a burst of state
+        changes (a rolling restart, a revocation round) costs one commit, not one per member;
+        a failed commit fails the whole batch and nothing of it is answered as done."""
+        pending = _Pending(handler, cancelled)
         for _attempt in range(3):
             owned = self._own(group_id)
-            with owned.lock:
-                if self._groups.get(group_id) is not owned:
-                    continue  # dropped while we waited for the lock
-                if not self._lease_fresh(owned):
-                    self._drop(group_id, owned)
-                    continue
-                result = handler(owned.state, self.clock.now_ms())
-                if result.records:
-                    self._persist(group_id, owned, result.records)
-                self._apply_timers(group_id, result.timers)
-                if owned.state is None:
-                    self._release_unused(group_id, owned)
-                return result.response
+            owned.enqueue(pending)
+            self._lock(owned, pending)
+            try:
+                while not pending.done:
+                    if self._groups.get(group_id) is not owned:
+                        break  # dropped while we waited: start again
+                    if not self._lease_fresh(owned):
+                        self._drop(group_id, owned)
+                        break
+                    self._run_batch(group_id, owned)
+            finally:
+                owned.lock.release()
+            if pending.done:
+                return pending.outcome()  # type: ignore[no-any-return]
+            owned.withdraw(pending)
         raise CoordinatorNotAvailable(f"group {group_id!r} is changing owner; retry.")
+
+    def _lock(self, owned: _OwnedGroup, pending: _Pending) -> None:
+        """Take the group's lock, unless the request is answered by another thread meanwhile
+        (then the lock is taken all the same, briefly) or its caller gives up."""
+        cancelled = pending.cancelled
+        if cancelled is None:
+            owned.lock.acquire()
+            return
+        while not owned.lock.acquire(timeout=CANCEL_POLL_S):
+            if not pending.done and cancelled():
+                owned.withdraw(pending)
+                if not pending.done:
+                    raise RequestCancelled("the caller gave up before its request ran.")
+
+    def _run_batch(self, group_id: str, owned: _OwnedGroup) -> None:
+        """Run the queued handlers in order and commit their records together. Called with the
+        group's lock held."""
+        batch = owned.take()
+        owned.last_used = time.monotonic()
+        ran: list[tuple[_Pending, Result[Any]]] = []
+        records: list[Record] = []
+        for pending in batch:
+            if pending.cancelled is not None and pending.cancelled():
+                pending.fail(RequestCancelled("the caller gave up before its request ran."))
+                continue
+            try:
+                result = pending.handler(owned.state, self.clock.now_ms())
+            except Exception as error:  # a handler bug fails its own request only
+                pending.fail(error)
+                continue
+            if result.records:
+                try:
+                    self._apply(owned, result.records)
+                except IllegalStateError as error:
+                    self._drop(group_id, owned)
+                    log.exception(
+                        "invariant violated; group reloaded from the database",
+                        extra=fields(group=group_id),
+                    )
+                    pending.fail(error)
+                    self._fail_all(ran, batch, group_id)
+                    return
+                records.extend(result.records)
+            ran.append((pending, result))
+        if records:
+            try:
+                self._commit(group_id, owned, records)
+            except CoordinatorError as error:
+                for pending, _result in ran:
+                    pending.fail(error)
+                return
+            self.metrics.commit_batch.observe(sum(1 for _, r in ran if r.records))
+        for pending, result in ran:
+            self._apply_timers(group_id, result.timers)
+            pending.succeed(result.response)
+        if owned.state is None:
+            self._release_unused(group_id, owned)
+
+    def _fail_all(
+        self, ran: list[tuple[_Pending, Result[Any]]], batch: list[_Pending], group_id: str
+    ) -> None:
+        error = CoordinatorNotAvailable(f"group {group_id!r} is being reloaded; retry.")
+        for pending in batch:
+            if not pending.done:
+                pending.fail(error)
+        for pending, _result in ran:
+            pending.fail(error)
 
     def owner_address(self, group_id: str) -> str:
         """Which process serves the group (FindCoordinator): this one if it owns or can take it
         (for a group that does not exist yet: if nobody holds its lease now)."""
         self.execute(group_id, _no_change)
         return self.store.advertised_address
+
+    def list_groups(self, page_token: str, page_size: int) -> tuple[list[ListedGroup], str]:
+        """One page of every group in the database (those other processes own included), in
+        group id order, with each group's state computed by the database (no group is loaded);
+        and the token of the next page ("" after the last)."""
+        size = DEFAULT_PAGE_SIZE if page_size <= 0 else min(page_size, MAX_PAGE_SIZE)
+        try:
+            summaries = self.store.group_summaries(page_token, size + 1)
+        except StoreUnavailable as error:
+            raise CoordinatorNotAvailable(f"the database is unavailable: {error}") from error
+        page = [ListedGroup.of(s) for s in summaries[:size]]
+        return page, (page[-1].group_id if len(summaries) > size else "")
 
     def owned_group_ids(self) -> list[str]:
         return sorted(self._groups)
@@ -148,7 +336,9 @@ class GroupManager:
             if owned is not None and self._lease_fresh(owned):
                 return owned
             try:
-                got = self.store.try_acquire(group_id, owned.lease if owned else None)
+                held = owned.lease if owned else self._kept_leases.get(group_id)
+                got = self.store.try_acquire(group_id, held)
+                self._kept_leases.pop(group_id, None)
             except StoreUnavailable as error:
                 raise CoordinatorNotAvailable(f"the database is unavailable: {error}") from error
             if isinstance(got, LeaseHolder):
@@ -184,8 +374,13 @@ class GroupManager:
                 )
             return owned
 
-    def _drop(self, group_id: str, owned: _OwnedGroup) -> None:
+    def _drop(self, group_id: str, owned: _OwnedGroup, keep_lease: bool = False) -> None:
+        """Stop serving the group (its state is reloaded by the next request). With
+        `keep_lease`, the lease is remembered, so that the next request can extend it (same
+        token) if the database says it is still ours."""
         if self._groups.get(group_id) is owned:
+            if keep_lease:
+                self._kept_leases[group_id] = owned.lease
             del self._groups[group_id]
             self._timers.cancel_group(group_id)
             log.warning(
@@ -202,29 +397,54 @@ class GroupManager:
         with contextlib.suppress(StoreUnavailable):  # if so, it lapses on its own
             self.store.release(owned.lease)
 
-    def adopt_free_groups(self) -> None:
-        """Take over every group whose lease is free, so its timers run (takeover, restart)."""
+    def adopt_free_groups(self) -> int:
+        """Take over groups whose lease is free and that have timers to run (members, holds, a
+        scheduled rebalance): after a takeover or restart. At most ADOPT_BATCH per call, found
+        by one query; idle groups are not adopted (their first request takes them). Returns
+        how many were adopted."""
         try:
-            group_ids = self.store.group_ids()
+            group_ids = self.store.groups_needing_owner(ADOPT_BATCH)
         except StoreUnavailable:
-            return
+            return 0
+        adopted = 0
         for group_id in group_ids:
+            if self._stop.is_set():
+                break
             if group_id in self._groups:
-                continue
-            if self.store.holder(group_id) is not None:
                 continue
             try:
                 self._own(group_id)
+                adopted += 1
             except CoordinatorError:
                 continue
+        return adopted
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self._renew_interval_s):
+        wait = 0.0  # adopt at once on start
+        while not self._stop.wait(wait):
+            wait = self._renew_interval_s
             try:
                 self._renew_owned()
-                self.adopt_free_groups()
+                self._release_idle()
+                if self.adopt_free_groups() >= ADOPT_BATCH:
+                    wait = 0.0  # more to adopt: go on after this renewal
             except Exception:
                 log.exception("lease renewal failed")
+
+    def _release_idle(self) -> None:
+        """Let go of owned groups with nothing to serve and no request for IDLE_RELEASE_S, so a
+        process does not renew the leases of every group it ever touched."""
+        horizon = time.monotonic() - IDLE_RELEASE_S
+        for group_id, owned in list(self._groups.items()):
+            if owned.last_used > horizon or not owned.idle():
+                continue
+            if not owned.lock.acquire(blocking=False):
+                continue
+            try:
+                if self._groups.get(group_id) is owned and owned.idle() and not owned.queue:
+                    self._release_unused(group_id, owned)
+            finally:
+                owned.lock.release()
 
     def _renew_owned(self) -> None:
         """Renew the leases of the groups owned when the renewal starts, and drop those the
@@ -245,19 +465,17 @@ class GroupManager:
 
     # --- persistence and timers ---
 
-    def _persist(self, group_id: str, owned: _OwnedGroup, records: list[Record]) -> None:
-        try:
-            if owned.state is None:
-                owned.state = replay.new_state(records)
-            else:
-                for record in records:
-                    replay.apply(owned.state, record)
-        except IllegalStateError:
-            self._drop(group_id, owned)
-            log.exception(
-                "invariant violated; group reloaded from the database", extra=fields(group=group_id)
-            )
-            raise
+    def _apply(self, owned: _OwnedGroup, records: list[Record]) -> None:
+        """Apply records to the in-memory state (replay checks the invariants)."""
+        if owned.state is None:
+            owned.state = replay.new_state(records)
+        else:
+            for record in records:
+                replay.apply(owned.state, record)
+
+    def _commit(self, group_id: str, owned: _OwnedGroup, records: list[Record]) -> None:
+        """Commit records already applied in memory; on failure drop the group (the next
+        request reloads it) and raise what to answer."""
         try:
             self.store.commit(owned.lease, records)
         except LeaseLost as lost:
@@ -268,7 +486,9 @@ class GroupManager:
                 f"this coordinator lost the lease of group {group_id!r}; retry."
             ) from lost
         except Exception as error:
-            self._drop(group_id, owned)
+            # The lease is most likely still ours: keep it, so the next request reloads the
+            # group at once under the same tenure instead of waiting for the lease to lapse.
+            self._drop(group_id, owned, keep_lease=True)
             raise CoordinatorNotAvailable(
                 f"could not persist the change to group {group_id!r}: {error}"
             ) from error

@@ -3,13 +3,14 @@
 
 from .errors import Lease, LeaseHolder, LeaseLost, StoreError, StoreUnavailable
 from .migrate import normalize_url, upgrade_to_head
-from .sql_store import SqlStore
+from .sql_store import GroupSummary, SqlStore
 
 DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
 """The embedded default, for trying the coordinator out (DESIGN 2.2)."""
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
+    "GroupSummary",
     "Lease",
     "LeaseHolder",
     "LeaseLost",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
@@ -45,6 +45,12 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 POSTGRES_CONNECT_TIMEOUT_S = 5
 MAX_LOCK_WAIT_MS = 5_000
 NO_TOKEN = -1
+RENEW_CHUNK = 500  # leases renewed per statement on SQLite (its parameter limit is 32,766)
+# An empty assignment as each database prints the JSON of `ResourceSet().to_json()`.
+_EMPTY_JSON_TEXT = {
+    False: '{"tasks": [], "connectors": []}',
+    True: '{"connectors": [], "tasks": []}',
+}
 
 _L = schema.group_leases.c
 
@@ -127,6 +133,37 @@ def _plain(row: sa.RowMapping) -> dict[str, Any]:
     return dict(row)
 
 
+T = TypeVar("T")
+_PROGRESS = "coordinator_progress"
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What one transaction got done: statements completed, whether the connection died."""
+
+    statements: int = 0
+    lost_connection: bool = False
+
+
+def _count_statements(engine: sa.Engine) -> None:
+    @sa_event.listens_for(engine, "after_cursor_execute")
+    def _after(conn: Connection, *_args: Any) -> None:
+        progress = conn.info.get(_PROGRESS)
+        if progress is not None:
+            progress.statements += 1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """What ListGroups shows of a group, as the database has it."""
+
+    group_id: str
+    group_epoch: int
+    assignment_epoch: int
+    member_count: int
+    unsettled_members: int  # members (not left) away from the target epoch or share
+
+
 class SqlStore:
     """Persistence of group state, group leases and the audit trail.
 
@@ -164,12 +201,16 @@ class SqlStore:
             connect_args: dict[str, Any] = {"options": self._session_options()}
             if "connect_timeout" not in self.url.query:
                 connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
-            return sa.create_engine(self.url, pool_pre_ping=True, connect_args=connect_args)
+            # No pool_pre_ping: it costs a round trip per transaction. A pooled connection that
+            # turned out dead is retried instead (`_retrying`).
+            engine = sa.create_engine(self.url, connect_args=connect_args)
+            _count_statements(engine)
+            return engine
         engine = sa.create_engine(
             self.url,
-            pool_pre_ping=True,
             connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
         )
+        _count_statements(engine)
 
         @sa_event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -287,6 +328,84 @@ class SqlStore:
             .values(lease_until=until)
             .returning(_L.group_id, _L.token)
         )
+        if not self._sqlite:
+            # The keys as two arrays: two parameters for any number of groups (an IN list of
+            # tuples overflows PostgreSQL's parameter limit past ~30,000 groups).
+            keys = sa.select(
+                sa.func.unnest(sa.bindparam("p_groups", type_=postgresql.ARRAY(sa.String))).label(
+                    "group_id"
+                ),
+                sa.func.unnest(
+                    sa.bindparam("p_tokens", type_=postgresql.ARRAY(sa.BigInteger))
+                ).label("token"),
+            ).subquery("keys")
+            self._renew_arrays = (
+                sa.update(t_leases)
+                .where(
+                    _L.owner_id == sa.bindparam("p_owner"),
+                    _L.lease_until > now,
+                    _L.group_id == keys.c.group_id,
+                    _L.token == keys.c.token,
+                )
+                .values(lease_until=until)
+                .returning(_L.group_id, _L.token)
+            )
+        g, t, m = schema.groups.c, schema.target_assignments.c, schema.members.c
+        tmc = schema.target_assignment_members.c
+        lease_free = ~sa.exists().where(_L.group_id == g.group_id, _L.lease_until > now)
+        has_members = sa.exists().where(m.group_id == g.group_id)
+        has_schedule = sa.exists().where(
+            t.group_id == g.group_id, t.scheduled_rebalance_at_ms.is_not(None)
+        )
+        json_length = sa.func.json_array_length if self._sqlite else sa.func.jsonb_array_length
+        self._needing_owner = (
+            sa.select(g.group_id)
+            .where(lease_free, has_members | has_schedule | (json_length(g.holds) > 0))
+            .order_by(g.group_id)
+            .limit(sa.bindparam("p_limit"))
+        )
+        page = (
+            sa.select(g.group_id, g.group_epoch)
+            .where(g.group_id > sa.bindparam("p_after"))
+            .order_by(g.group_id)
+            .limit(sa.bindparam("p_limit"))
+            .subquery("page")
+        )
+        epoch = sa.func.coalesce(t.assignment_epoch, page.c.group_epoch)
+        unsettled = (
+            sa.select(sa.func.count())
+            .select_from(
+                schema.members.outerjoin(
+                    schema.target_assignment_members,
+                    (tmc.group_id == m.group_id) & (tmc.member_id == m.member_id),
+                )
+            )
+            .where(
+                m.group_id == page.c.group_id,
+                m.state != "LEFT",
+                (m.member_epoch != epoch)
+                | (m.state != "STABLE")
+                | (
+                    sa.func.coalesce(
+                        sa.cast(tmc.resources, sa.Text), sa.literal(_EMPTY_JSON_TEXT[self._sqlite])
+                    )
+                    != sa.cast(m.assigned, sa.Text)
+                ),
+            )
+            .scalar_subquery()
+        )
+        members = sa.select(sa.func.count()).where(m.group_id == page.c.group_id).scalar_subquery()
+        self._summaries = (
+            sa.select(
+                page.c.group_id,
+                page.c.group_epoch,
+                epoch.label("assignment_epoch"),
+                members.label("members"),
+                unsettled.label("unsettled"),
+            )
+            .select_from(page.outerjoin(schema.target_assignments, t.group_id == page.c.group_id))
+            .order_by(page.c.group_id)
+        )
         self._release = (
             sa.update(t_leases)
             .where(
@@ -326,26 +445,50 @@ class SqlStore:
         self._insert_events = sa.insert(schema.events)
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Connection]:
+    def _transaction(
+        self, *, write: bool, progress: _Progress | None = None
+    ) -> Iterator[Connection]:
         """One transaction; connection-level failures become StoreUnavailable (nothing written).
-        Reads see one snapshot (REPEATABLE READ on PostgreSQL, a read transaction on SQLite)."""
+        Reads see one snapshot (REPEATABLE READ on PostgreSQL, a read transaction on SQLite).
+        `progress` counts the statements that completed (see `_retrying`)."""
+        progress = progress or _Progress()
         try:
             with self._engine.connect() as conn:
-                if self._sqlite:
-                    conn.execution_options(sqlite_immediate=write)
-                elif not write:
-                    conn.execution_options(isolation_level="REPEATABLE READ")
-                with conn.begin():
-                    yield conn
+                conn.info[_PROGRESS] = progress
+                try:
+                    if self._sqlite:
+                        conn.execution_options(sqlite_immediate=write)
+                    elif not write:
+                        conn.execution_options(isolation_level="REPEATABLE READ")
+                    with conn.begin():
+                        yield conn
+                finally:
+                    conn.info.pop(_PROGRESS, None)
         except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.InternalError) as error:
             # InternalError: e.g. the server ended a session left idle in its transaction.
+            progress.lost_connection = bool(error.connection_invalidated)
             raise StoreUnavailable(f"database unavailable: {error.orig}") from error
         except (sa_exc.TimeoutError, sa_exc.DisconnectionError) as error:
             raise StoreUnavailable(f"database unavailable: {error}") from error
         except sa_exc.DBAPIError as error:
             if error.connection_invalidated:
+                progress.lost_connection = True
                 raise StoreUnavailable(f"database connection lost: {error.orig}") from error
             raise
+
+    def _retrying(self, write: bool, body: Callable[[Connection], T]) -> T:
+        """`body` in one transaction, run once more on a fresh connection if the pooled one was
+        found dead before any statement completed (so nothing was written): what
+        `pool_pre_ping` achieved, without its round trip on every transaction."""
+        progress = _Progress()
+        try:
+            with self._transaction(write=write, progress=progress) as conn:
+                return body(conn)
+        except StoreUnavailable:
+            if not (progress.lost_connection and progress.statements == 0):
+                raise
+        with self._transaction(write=write) as conn:
+            return body(conn)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -367,18 +510,54 @@ class SqlStore:
 
     # --- group state ----------------------------------------------------------------------
 
-    def group_ids(self) -> list[str]:
-        with self._transaction(write=False) as conn:
-            result = conn.execute(
-                sa.select(schema.groups.c.group_id).order_by(schema.groups.c.group_id)
-            )
-            return [str(group_id) for group_id in result.scalars()]
+    def group_ids(self, after: str = "", limit: int | None = None) -> list[str]:
+        """Group ids in order, those after `after`, at most `limit` of them."""
+        g = schema.groups.c
+        stmt = sa.select(g.group_id).where(g.group_id > after).order_by(g.group_id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+
+        def read(conn: Connection) -> list[str]:
+            return [str(group_id) for group_id in conn.execute(stmt).scalars()]
+
+        return self._retrying(False, read)
+
+    def group_summaries(self, after: str, limit: int) -> list[GroupSummary]:
+        """One page of groups (ids after `after`, in order) with what ListGroups shows, computed
+        by the database: epochs, member count, and how many members have not reached the
+        target (so the group's state is known without loading it)."""
+
+        def read(conn: Connection) -> list[GroupSummary]:
+            result = conn.execute(self._summaries, {"p_after": after, "p_limit": limit})
+            return [
+                GroupSummary(
+                    row.group_id,
+                    int(row.group_epoch),
+                    int(row.assignment_epoch),
+                    int(row.members),
+                    int(row.unsettled),
+                )
+                for row in result
+            ]
+
+        return self._retrying(False, read)
+
+    def groups_needing_owner(self, limit: int) -> list[str]:
+        """Groups no process holds a live lease on that have timers to run (members, holds or
+        a scheduled rebalance): the ones a process adopts. Idle groups are left alone (they
+        are taken on their first request)."""
+
+        def read(conn: Connection) -> list[str]:
+            params = {"p_limit": limit, **self._time_params()}
+            return [str(g) for g in conn.execute(self._needing_owner, params).scalars()]
+
+        return self._retrying(False, read)
 
     def load_group(self, group_id: str) -> GroupState | None:
         """The group as last committed, rebuilt through `replay` (which checks the invariants),
         or None if it does not exist."""
-        with self._transaction(write=False) as conn:
 
+        def read(conn: Connection) -> list[Record] | None:
             def select(table: sa.Table, *order: sa.ColumnElement[Any]) -> list[dict[str, Any]]:
                 stmt = sa.select(table).where(table.c.group_id == group_id).order_by(*order)
                 return [_plain(row) for row in conn.execute(stmt).mappings()]
@@ -394,10 +573,12 @@ class SqlStore:
             configs = select(schema.group_configs, schema.group_configs.c.name)
             connectors = select(schema.connectors, schema.connectors.c.name)
             members = select(schema.members, schema.members.c.member_id)
-        records = rows.group_records(
-            meta[0], target[0] if target else None, target_members, configs, connectors, members
-        )
-        return replay.new_state(records)
+            return rows.group_records(
+                meta[0], target[0] if target else None, target_members, configs, connectors, members
+            )
+
+        records = self._retrying(False, read)
+        return None if records is None else replay.new_state(records)
 
     def commit(self, lease: Lease, records: Sequence[Record]) -> None:
         """Write `records` in one transaction, if `lease` is still the group's live lease by the
@@ -408,9 +589,12 @@ class SqlStore:
         if not records:
             return
         plan = _Plan.of(lease.group_id, records)
-        with self._transaction(write=True) as conn:
+
+        def write(conn: Connection) -> None:
             self._check_lease(conn, lease)
             self._write(conn, plan)
+
+        self._retrying(True, write)
 
     def _check_lease(self, conn: Connection, lease: Lease) -> None:
         row = conn.execute(
@@ -491,7 +675,8 @@ class SqlStore:
             "p_address": self.advertised_address,
             **self._time_params(),
         }
-        with self._transaction(write=True) as conn:
+
+        def acquire(conn: Connection) -> Lease | LeaseHolder:
             token = conn.execute(self._acquire, params).scalar_one_or_none()
             if token is not None:
                 return Lease(group_id, self.owner_id, int(token), self._local_expiry(started))
@@ -499,16 +684,34 @@ class SqlStore:
             row = conn.execute(self._holder_any, params).one()
             return LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)
 
+        return self._retrying(True, acquire)
+
     def renew(self, leases: Iterable[Lease]) -> list[Lease]:
         """Extend every given lease that is still ours, same token, and not lapsed, in one
-        statement. Returns the renewed ones with their new local expiry; the others are lost."""
-        keys = [(lease.group_id, lease.token) for lease in leases]
+        transaction: on PostgreSQL one statement with two array parameters however many
+        groups there are; on SQLite a statement per RENEW_CHUNK groups. Returns the renewed
+        ones with their new local expiry; the others are lost."""
+        keys = sorted((lease.group_id, lease.token) for lease in leases)
         if not keys:
             return []
         started = time.monotonic()
-        params = {"p_owner": self.owner_id, "p_keys": keys, **self._time_params()}
-        with self._transaction(write=True) as conn:
-            renewed = conn.execute(self._renew, params).all()
+
+        def renew(conn: Connection) -> list[Any]:
+            if not self._sqlite:
+                params = {
+                    "p_owner": self.owner_id,
+                    "p_groups": [k[0] for k in keys],
+                    "p_tokens": [k[1] for k in keys],
+                }
+                return list(conn.execute(self._renew_arrays, params).all())
+            out: list[Any] = []
+            for i in range(0, len(keys), RENEW_CHUNK):
+                chunk = keys[i : i + RENEW_CHUNK]
+                params = {"p_owner": self.owner_id, "p_keys": chunk, **self._time_params()}
+                out.extend(conn.execute(self._renew, params).all())
+            return out
+
+        renewed = self._retrying(True, renew)
         expiry = self._local_expiry(started)
         return sorted(
             (Lease(row.group_id, self.owner_id, int(row.token), expiry) for row in renewed),
@@ -524,15 +727,14 @@ class SqlStore:
             "p_token": lease.token,
             **self._time_params(),
         }
-        with self._transaction(write=True) as conn:
-            conn.execute(self._release, params)
+        self._retrying(True, lambda conn: conn.execute(self._release, params))
 
     def holder(self, group_id: str) -> LeaseHolder | None:
         """The group's live lease holder (possibly this process), or None."""
-        with self._transaction(write=False) as conn:
-            row = conn.execute(
-                self._holder_live, {"p_group": group_id, **self._time_params()}
-            ).one_or_none()
+        params = {"p_group": group_id, **self._time_params()}
+        row = self._retrying(
+            False, lambda conn: conn.execute(self._holder_live, params).one_or_none()
+        )
         if row is None:
             return None
         return LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)

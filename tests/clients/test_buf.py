@@ -91,15 +91,15 @@ def test_lint_excepts_exactly_the_rules_the_contract_names_break(buf: Path) -> N
     [
         pytest.param(
             ADMIN,
-            "message ListGroupsRequest {}",
-            "message ListGroupsRequest {\n  // Bad name.\n  string groupFilter = 1;\n}",
+            "message ListGroupsRequest {\n",
+            "message ListGroupsRequest {\n  // Bad name.\n  string groupFilter = 3;\n",
             "FIELD_LOWER_SNAKE_CASE",
             id="camelCase-field",
         ),
         pytest.param(
             ADMIN,
-            "message ListGroupsRequest {}",
-            "message ListGroupsRequest {\n  string group_filter = 1;\n}",
+            "message ListGroupsRequest {\n",
+            "message ListGroupsRequest {\n  string group_filter = 3;\n",
             "COMMENT_FIELD",
             id="uncommented-field",
         ),
@@ -204,9 +204,9 @@ def test_buf_breaking_accepts_a_compatible_addition(buf: Path, tmp_path: Path) -
     edit(
         root,
         ADMIN,
-        "message ListGroupsRequest {}",
+        "message ListGroupsRequest {\n",
         "message ListGroupsRequest {\n  // Only groups whose id starts with this.\n"
-        "  optional string prefix = 1;\n}",
+        "  optional string prefix = 3;\n",
     )
     for command in (["lint"], ["breaking", "--against", str(BASELINE)]):
         args: Sequence[str] = [*command, "--error-format", "json"]
