@@ -25,6 +25,7 @@ from .model import (
 from .records import EventType
 from .results import Result
 from .validation import validate_alter_configs, validate_delete_connector, validate_put_connector
+from .wire_size import prepare_bytes
 
 
 def put_connector(
@@ -39,6 +40,18 @@ def put_connector(
     connector = Connector(req.connector, req.task_count, MappingProxyType(dict(req.config)))
     if existing is not None and existing == connector:
         return Result(change.records(), PutConnectorResponse(group_epoch=change.group_epoch))
+    grows = connector.wire_bytes() - (0 if existing is None else existing.wire_bytes())
+    if grows > 0:
+        catalogue = (0 if state is None else state.catalogue_wire_bytes) + grows
+        size = prepare_bytes(catalogue, change.member_count())
+        if size > defaults.max_message_bytes:
+            too_large = InvalidRequest(
+                f"connector {req.connector!r} would make the group's PrepareAssignment answer "
+                f"about {size:,} bytes, over the coordinator's maximum message size of "
+                f"{defaults.max_message_bytes:,} bytes (--max-message-bytes); use fewer tasks "
+                "or a smaller config, or raise the limit on the coordinator and every agent."
+            )
+            return Result([], PutConnectorResponse(too_large.code, too_large.message))
     change.put_connector(connector)
     change.event(
         EventType.CONNECTOR_PUT,

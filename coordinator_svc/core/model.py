@@ -15,6 +15,7 @@ from types import MappingProxyType
 from .errors import IllegalStateError
 from .resources import EMPTY, ResourceSet, TaskId, catalogue_resources, connector_resources
 from .selection_index import Profile, SelectionIndex, profile_of
+from .wire_size import connector_bytes
 
 SESSION_TIMEOUT_MS = "session.timeout.ms"
 HEARTBEAT_INTERVAL_MS = "heartbeat.interval.ms"
@@ -130,6 +131,10 @@ class Connector:
     def resources(self) -> ResourceSet:
         return connector_resources(self.name, self.task_count)
 
+    def wire_bytes(self) -> int:
+        """What this connector adds to a PrepareAssignment answer, at most."""
+        return connector_bytes(self.name, self.task_count, self.config)
+
 
 @dataclass(frozen=True, slots=True)
 class TargetEntry:
@@ -232,6 +237,7 @@ class GroupState:
         self.selection_index = SelectionIndex()
         self.left_members: set[str] = set()
         self._catalogue_resources: ResourceSet | None = None
+        self.catalogue_wire_bytes = 0  # what the catalogue adds to a Prepare answer, at most
 
     @property
     def group_id(self) -> str:
@@ -252,11 +258,17 @@ class GroupState:
         return self._catalogue_resources
 
     def put_connector(self, connector: Connector) -> None:
+        old = self.catalogue.get(connector.name)
+        if old is not None:
+            self.catalogue_wire_bytes -= old.wire_bytes()
         self.catalogue[connector.name] = connector
+        self.catalogue_wire_bytes += connector.wire_bytes()
         self._catalogue_resources = None
 
     def remove_connector(self, name: str) -> None:
-        if self.catalogue.pop(name, None) is not None:
+        old = self.catalogue.pop(name, None)
+        if old is not None:
+            self.catalogue_wire_bytes -= old.wire_bytes()
             self._catalogue_resources = None
 
     def profile(self, member_id: str) -> Profile | None:
