@@ -282,26 +282,26 @@ def _moves(
     catalogue: ResourceSet,
 ) -> tuple[list[dict[str, str | None]], list[str]]:
     """The resources whose owner the new target changes (from the changed members' entries
-    only: O(what changed)), and every catalogue resource the new target gives to nobody."""
-    before: dict[str, str] = {}
-    after: dict[str, str] = {}
+    only: O(what changed)), and every catalogue resource the new target gives to nobody, by
+    display name. Only moved and unassigned resources are named."""
+    before: dict[str | TaskId, str] = {}
+    after: dict[str | TaskId, str] = {}
     for member_id in changed:
-        for name in old.of(member_id).resources.names():
-            before[name] = member_id
-        for name in new.of(member_id).resources.names():
-            after[name] = member_id
-    moves = [
-        {"resource": name, "from": before.get(name), "to": after.get(name)}
-        for name in sorted(before.keys() | after.keys())
-        if before.get(name) != after.get(name)
-    ]
-    assigned_connectors: set[str] = set()
-    assigned_tasks: set[TaskId] = set()
-    for entry in new.members.values():
-        assigned_connectors.update(entry.resources.connectors)
-        assigned_tasks.update(entry.resources.tasks)
-    unassigned = ResourceSet(
-        frozenset(catalogue.connectors - assigned_connectors),
-        frozenset(catalogue.tasks - assigned_tasks),
+        for owners, entry in ((before, old.of(member_id)), (after, new.of(member_id))):
+            owners.update(dict.fromkeys(entry.resources.connectors, member_id))
+            owners.update(dict.fromkeys(entry.resources.tasks, member_id))
+    moves = sorted(
+        (
+            {"resource": str(resource), "from": before.get(resource), "to": after.get(resource)}
+            for resource in before.keys() | after.keys()
+            if before.get(resource) != after.get(resource)
+        ),
+        key=lambda move: str(move["resource"]),
     )
-    return moves, sorted(unassigned.names())
+    connectors = set(catalogue.connectors)
+    tasks = set(catalogue.tasks)
+    for entry in new.members.values():
+        connectors.difference_update(entry.resources.connectors)
+        tasks.difference_update(entry.resources.tasks)
+    unassigned = sorted([*connectors, *(str(t) for t in tasks)])
+    return moves, unassigned
