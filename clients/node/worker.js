@@ -22,6 +22,7 @@ const protoLoader = require('@grpc/proto-loader');
 const { assign } = require('./assignor');
 
 const DEFAULT_PROTOS = path.resolve(__dirname, '..', '..', 'protos');
+const DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 /** What this client advertises: incremental_cooperative, version 1 only (see README.md). */
 const ASSIGNOR = {
@@ -106,13 +107,21 @@ class Worker {
    * @param {string} [o.url]
    * @param {number} [o.rebalanceTimeoutMs]
    * @param {number} [o.rpcTimeoutMs]
+   * @param {number} [o.maxMessageBytes] largest message sent or received (default 64 MiB,
+   *   as the coordinator's --max-message-bytes; gRPC's own receive default is only 4 MiB)
    * @param {string} [o.protoRoot]
    * @param {(r: object) => Promise<void> | void} [o.onStart] start these resources
    * @param {(r: object) => Promise<void> | void} [o.onStop] stop these resources
    * @param {(line: object) => void} [o.log] one JSON object per call (default: stdout)
    */
   constructor(o) {
-    this.o = { rebalanceTimeoutMs: 60000, rpcTimeoutMs: 5000, protoRoot: DEFAULT_PROTOS, ...o };
+    this.o = {
+      rebalanceTimeoutMs: 60000,
+      rpcTimeoutMs: 5000,
+      maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES,
+      protoRoot: DEFAULT_PROTOS,
+      ...o,
+    };
     this.services = loadServices(this.o.protoRoot);
     this.onStart = o.onStart || (() => {});
     this.onStop = o.onStop || (() => {});
@@ -149,8 +158,16 @@ class Worker {
     if (this.admin) this.admin.close();
     const creds = grpc.credentials.createInsecure();
     this.address = address;
-    this.coordinator = new this.services.ConnectGroupCoordinator(address, creds);
-    this.admin = new this.services.ConnectGroupAdmin(address, creds);
+    this.coordinator = new this.services.ConnectGroupCoordinator(address, creds, this.channelOptions());
+    this.admin = new this.services.ConnectGroupAdmin(address, creds, this.channelOptions());
+  }
+
+  /** Both message size limits, set explicitly (a large group's Prepare answer exceeds 4 MiB). */
+  channelOptions() {
+    return {
+      'grpc.max_receive_message_length': this.o.maxMessageBytes,
+      'grpc.max_send_message_length': this.o.maxMessageBytes,
+    };
   }
 
   /** One unary call with a deadline; rejects only on a transport error (gRPC status not OK). */
@@ -392,7 +409,11 @@ class Worker {
     const o = this.o;
     const candidates = [this.address, ...o.coordinators.filter((a) => a !== this.address)];
     for (const address of candidates) {
-      const admin = new this.services.ConnectGroupAdmin(address, grpc.credentials.createInsecure());
+      const admin = new this.services.ConnectGroupAdmin(
+        address,
+        grpc.credentials.createInsecure(),
+        this.channelOptions(),
+      );
       try {
         const resp = await this.call(admin, 'FindCoordinator', { group_id: o.groupId });
         if (resp.error_code === 'NONE' && resp.host) {
@@ -475,6 +496,10 @@ function main(argv) {
       url: { type: 'string' },
       'rebalance-timeout-ms': { type: 'string', default: '60000' },
       'rpc-timeout-ms': { type: 'string', default: '5000' },
+      'max-message-bytes': {
+        type: 'string',
+        default: env.CONNECT_GROUP_MAX_MESSAGE_BYTES || String(DEFAULT_MAX_MESSAGE_BYTES),
+      },
       protos: { type: 'string', default: DEFAULT_PROTOS },
       help: { type: 'boolean', short: 'h' },
     },
@@ -483,7 +508,7 @@ function main(argv) {
     process.stdout.write(
       'usage: node worker.js [--coordinator HOST:PORT[,HOST:PORT...]] [--group ID] ' +
         '[--member-id ID] [--instance-id ID] [--url URL] [--rebalance-timeout-ms MS] ' +
-        '[--rpc-timeout-ms MS] [--protos DIR]\n',
+        '[--rpc-timeout-ms MS] [--max-message-bytes N] [--protos DIR]\n',
     );
     return;
   }
@@ -495,6 +520,7 @@ function main(argv) {
     url: values.url,
     rebalanceTimeoutMs: Number(values['rebalance-timeout-ms']),
     rpcTimeoutMs: Number(values['rpc-timeout-ms']),
+    maxMessageBytes: Number(values['max-message-bytes']),
     protoRoot: values.protos,
   });
   let signals = 0;
