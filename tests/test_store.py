@@ -4,6 +4,7 @@ through the database to the same group state, the audit trail, and lease fencing
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,8 @@ from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator_svc.core import replay
 from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
@@ -37,7 +40,7 @@ from coordinator_svc.core.model import (
 from coordinator_svc.core.records import EventRecord, GroupMetaRecord, Record
 from coordinator_svc.core.resources import EMPTY, ResourceSet
 from coordinator_svc.core.results import Result
-from coordinator_svc.store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable
+from coordinator_svc.store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable, rows
 
 GROUP = "connect-cluster"
 DEFAULTS = GroupConfigDefaults()
@@ -564,3 +567,26 @@ def test_metadata_changes_keep_the_prepare_snapshot_without_rewriting_it(
     driver.assert_loaded_equals_memory()
     loaded = store.load_group(GROUP)
     assert loaded is not None and loaded.meta.prepared == snapshot
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.frozensets(st.sampled_from(["A", "B", "c-1", "ü"]), max_size=4),
+    st.frozensets(st.tuples(st.sampled_from(["A", "B", "c-1", "ü"]), st.integers(0, 40))),
+)
+def test_the_compact_form_of_a_resource_set_round_trips(
+    connectors: frozenset[str], tasks: frozenset[tuple[str, int]]
+) -> None:
+    resources = ResourceSet.of(connectors, tasks)
+    compact = rows.compact_resources(resources)
+    assert rows.expand_resources(json.loads(json.dumps(compact))) == resources
+    assert rows.expand_resources(resources.to_json()) == resources  # the form stored before
+
+
+def test_a_whole_catalogue_is_stored_in_a_few_kilobytes() -> None:
+    catalogue = ResourceSet.of(
+        [f"{c:040d}" for c in range(1000)],
+        [(f"{c:040d}", t) for c in range(1000) for t in range(100)],
+    )
+    assert len(json.dumps(rows.compact_resources(catalogue))) < 100_000
+    assert len(json.dumps(catalogue.to_json())) > 5_000_000

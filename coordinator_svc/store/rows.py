@@ -34,7 +34,7 @@ from coordinator_svc.core.records import (
     Record,
     TargetRecord,
 )
-from coordinator_svc.core.resources import ResourceSet
+from coordinator_svc.core.resources import ResourceSet, TaskId
 
 from .schema import GROUP_TYPE_CONNECT
 
@@ -58,6 +58,38 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: Any) -> bytes:
     return base64.b64decode(str(text)) if text else b""
+
+
+def compact_resources(resources: ResourceSet) -> dict[str, Any]:
+    """A resource set as connectors plus, per connector, its task numbers as [first, last]
+    ranges: a whole catalogue (100,000 tasks) in a few kilobytes instead of megabytes."""
+    numbers: dict[str, list[int]] = {}
+    for task in resources.tasks:
+        numbers.setdefault(task.connector, []).append(task.task)
+    ranges: dict[str, list[list[int]]] = {}
+    for connector in sorted(numbers):
+        spans: list[list[int]] = []
+        for n in sorted(numbers[connector]):
+            if spans and spans[-1][1] == n - 1:
+                spans[-1][1] = n
+            else:
+                spans.append([n, n])
+        ranges[connector] = spans
+    return {"connectors": sorted(resources.connectors), "task_ranges": ranges}
+
+
+def expand_resources(data: Any) -> ResourceSet:
+    """The inverse of `compact_resources`; also reads the plain form (`ResourceSet.to_json`)
+    that earlier versions stored."""
+    if not isinstance(data, dict) or "task_ranges" not in data:
+        return _resources(data)
+    tasks = [
+        TaskId(str(connector), n)
+        for connector, spans in data["task_ranges"].items()
+        for first, last in spans
+        for n in range(int(first), int(last) + 1)
+    ]
+    return ResourceSet(frozenset(str(c) for c in data["connectors"]), frozenset(tasks))
 
 
 # --- groups -------------------------------------------------------------------------------
@@ -90,7 +122,7 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
         else {
             "group_epoch": prepared.group_epoch,
             "member_ids": sorted(prepared.member_ids),
-            "catalogue": prepared.catalogue.to_json(),
+            "catalogue": compact_resources(prepared.catalogue),
         },
         "holds": [
             {"member_id": h.member_id, "resources": h.resources.to_json(), "until_ms": h.until_ms}
@@ -118,7 +150,7 @@ def meta_from_row(row: Row) -> GroupMeta:
         else PreparedSnapshot(
             group_epoch=int(prepared["group_epoch"]),
             member_ids=frozenset(str(m) for m in prepared["member_ids"]),
-            catalogue=_resources(prepared["catalogue"]),
+            catalogue=expand_resources(prepared["catalogue"]),
         ),
         holds=tuple(
             Hold(str(h["member_id"]), _resources(h["resources"]), int(h["until_ms"]))
