@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from .change import GroupChange
 from .errors import (
     CoordinatorError,
+    ErrorCode,
     FencedMemberEpoch,
     GroupIdNotFound,
     InvalidAssignment,
@@ -24,6 +27,7 @@ from .messages import (
 from .model import (
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     Assignor,
+    Connector,
     GroupConfigDefaults,
     GroupState,
     Member,
@@ -67,9 +71,28 @@ def current_selection(state: GroupState) -> Selection | NoSelection:
     return select_with(profiles, state.meta.assignor_member_id)
 
 
-def prepare_assignment(
+@dataclass(frozen=True, slots=True)
+class PrepareView:
+    """What a Prepare captured of the group under its lock: immutable values only (members and
+    connectors are immutable objects; the tuples are copies of the group's maps), so that
+    `finish_prepare` can build the O(members + resources) answer after the lock is released,
+    while the group serves on."""
+
+    group_epoch: int
+    selection: Selection
+    members: tuple[Member, ...]
+    catalogue: tuple[Connector, ...]
+    target: TargetAssignment
+    configs: Mapping[str, str]
+    now_ms: int
+    error_code: ErrorCode = ErrorCode.NONE
+
+
+def start_prepare(
     state: GroupState | None, req: PrepareRequest, now_ms: int, defaults: GroupConfigDefaults
-) -> Result[PrepareResponse]:
+) -> Result[PrepareView | PrepareResponse]:
+    """The part of a Prepare that needs the group: checks, the snapshot its install is
+    validated against, and a `PrepareView` (O(members) pointer copies)."""
     try:
         validate_prepare(req)
         state, _member = _assignor_member(state, req.group_id, req.member_id, req.member_epoch)
@@ -85,6 +108,23 @@ def prepare_assignment(
     )
     if state.meta.prepared != snapshot:
         change.set_meta(prepared=snapshot)
+    view = PrepareView(
+        group_epoch=state.group_epoch,
+        selection=selection,
+        members=tuple(state.members.values()),
+        catalogue=tuple(state.catalogue.values()),
+        target=state.target,
+        configs=change.effective_configs(),
+        now_ms=now_ms,
+    )
+    return Result(change.records(), view, change.timers)
+
+
+def finish_prepare(view: PrepareView | PrepareResponse) -> PrepareResponse:
+    """The Prepare answer from what `start_prepare` captured (an error answer as it is)."""
+    if isinstance(view, PrepareResponse):
+        return view
+    selection = view.selection
     members = tuple(
         PreparedMemberInfo(
             member_id=m.member_id,
@@ -95,43 +135,112 @@ def prepare_assignment(
             or Assignor(selection.assignor_name, selection.version, selection.version),
             owned=m.owned,
         )
-        for m in sorted(state.members.values(), key=lambda m: m.member_id)
+        for m in sorted(view.members, key=lambda m: m.member_id)
     )
-    response = PrepareResponse(
-        group_epoch=state.group_epoch,
+    target = view.target
+    return PrepareResponse(
+        group_epoch=view.group_epoch,
         assignor_name=selection.assignor_name,
         assignor_version=selection.version,
         members=members,
         catalogue=tuple(
             ConnectorInfo(c.name, c.task_count, dict(c.config))
-            for c in sorted(state.catalogue.values(), key=lambda c: c.name)
+            for c in sorted(view.catalogue, key=lambda c: c.name)
         ),
-        assignment_epoch=state.assignment_epoch,
+        assignment_epoch=target.assignment_epoch,
         target=tuple(
             MemberTarget(member_id, e.resources, e.version, e.metadata)
-            for member_id, e in sorted(state.target.members.items())
+            for member_id, e in sorted(target.members.items())
         ),
-        assignor_state=state.target.assignor_state,
-        group_configs=change.effective_configs(),
-        coordinator_time_ms=now_ms,
-        scheduled_rebalance_at_ms=state.target.scheduled_rebalance_at_ms,
+        assignor_state=target.assignor_state,
+        group_configs=view.configs,
+        coordinator_time_ms=view.now_ms,
+        scheduled_rebalance_at_ms=target.scheduled_rebalance_at_ms,
     )
-    return Result(change.records(), response, change.timers)
+
+
+def prepare_assignment(
+    state: GroupState | None, req: PrepareRequest, now_ms: int, defaults: GroupConfigDefaults
+) -> Result[PrepareResponse]:
+    """ConnectGroupPrepareAssignment in one step: `start_prepare`, then `finish_prepare`."""
+    started = start_prepare(state, req, now_ms, defaults)
+    return Result(started.records, finish_prepare(started.response), started.timers)
+
+
+@dataclass(frozen=True, slots=True)
+class InstallPlan:
+    """The O(members + resources) part of an install, worked out before the group's lock is
+    taken from values that never change in place (the Prepare snapshot, the current target,
+    the catalogue's resources). Under the lock it is used only if those are still the group's
+    very objects and every member it names is still present; otherwise the install is computed
+    there in full. So a large install holds the group only for O(members) lookups."""
+
+    request: InstallRequest
+    snapshot: PreparedSnapshot
+    old_target: TargetAssignment
+    catalogue: ResourceSet
+    entries: Mapping[str, TargetEntry]
+    changed: tuple[str, ...]
+    moves: list[dict[str, str | None]]
+    unassigned: list[str]
+
+    def applies_to(self, state: GroupState, req: InstallRequest) -> bool:
+        return (
+            req is self.request
+            and state.meta.prepared is self.snapshot
+            and state.target is self.old_target
+            and state.cached_catalogue_resources() is self.catalogue
+            and all(member_id in state.members for member_id in self.entries)
+        )
+
+
+def plan_install(state: GroupState | None, req: InstallRequest) -> InstallPlan | None:
+    """An `InstallPlan` for `req`, or None when there is nothing to plan (an error report, no
+    snapshot yet, a request the full path will refuse). Reads only values of `state` that are
+    replaced, never changed in place, so it may run without the group's lock."""
+    if state is None or req.error != 0:
+        return None
+    snapshot = state.meta.prepared
+    old_target = state.target
+    catalogue = state.cached_catalogue_resources()
+    if snapshot is None or catalogue is None or snapshot.group_epoch != req.group_epoch:
+        return None
+    try:
+        validate_install(req)
+        _validate_against(snapshot, req)
+    except CoordinatorError:
+        return None
+    entries = _entries(req, catalogue)
+    new = TargetAssignment(req.group_epoch, MappingProxyType(entries))
+    changed = _changed(old_target, new)
+    moves, unassigned = _moves(old_target, new, changed, catalogue)
+    return InstallPlan(
+        req, snapshot, old_target, catalogue, entries, tuple(changed), moves, unassigned
+    )
 
 
 def install_assignment(
-    state: GroupState | None, req: InstallRequest, now_ms: int, defaults: GroupConfigDefaults
+    state: GroupState | None,
+    req: InstallRequest,
+    now_ms: int,
+    defaults: GroupConfigDefaults,
+    plan: InstallPlan | None = None,
 ) -> Result[InstallResponse]:
+    """ConnectGroupInstallAssignment. With a `plan` (see `plan_install`) that still applies,
+    the O(resources) validation and diff are taken from it."""
     try:
-        validate_install(req)
+        if state is None or plan is None or not plan.applies_to(state, req):
+            plan = None
+            validate_install(req)
         state, _member = _assignor_member(state, req.group_id, req.member_id, req.member_epoch)
         change = GroupChange(state, req.group_id, now_ms, defaults)
         snapshot = _check_epochs(state, req)
         if req.error != 0:
             _record_failure(change, req)
         else:
-            _validate_against(snapshot, req)
-            _install(change, req)
+            if plan is None:
+                _validate_against(snapshot, req)
+            _install(change, req, plan)
     except CoordinatorError as error:
         return Result([], InstallResponse(error.code, error.message))
     return Result(change.records(), InstallResponse(), change.timers)
@@ -216,15 +325,30 @@ def _record_failure(change: GroupChange, req: InstallRequest) -> None:
     change.reselect_assignor()
 
 
-def _install(change: GroupChange, req: InstallRequest) -> None:
+def _entries(req: InstallRequest, catalogue: ResourceSet) -> dict[str, TargetEntry]:
+    return {
+        m.member_id: TargetEntry(_within(m.resources, catalogue), m.version, m.metadata)
+        for m in req.members
+    }
+
+
+def _changed(old: TargetAssignment, new: TargetAssignment) -> list[str]:
+    """Members whose entry differs between two targets (added, changed or gone)."""
+    return [m for m in old.members.keys() | new.members.keys() if old.of(m) != new.of(m)]
+
+
+def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None) -> None:
     """DESIGN 3.9: members that left since are dropped, resources deleted since are dropped,
     members that joined since get nothing; a newer group epoch asks for a new computation."""
     catalogue = change.catalogue_resources()
-    entries = {
-        m.member_id: TargetEntry(_within(m.resources, catalogue), m.version, m.metadata)
-        for m in req.members
-        if change.member(m.member_id) is not None
-    }
+    if plan is not None:
+        entries = dict(plan.entries)  # every member it names is present (`applies_to`)
+    else:
+        entries = {
+            member_id: entry
+            for member_id, entry in _entries(req, catalogue).items()
+            if change.member(member_id) is not None
+        }
     old = change.target
     scheduled_at = None
     if req.scheduled_rebalance_delay_ms > 0:
@@ -236,9 +360,12 @@ def _install(change: GroupChange, req: InstallRequest) -> None:
         assignor_state=req.assignor_state,
         scheduled_rebalance_at_ms=scheduled_at,
     )
-    changed = [m for m in old.members.keys() | entries.keys() if old.of(m) != new.of(m)]
+    if plan is not None:
+        changed, moves, unassigned = list(plan.changed), plan.moves, plan.unassigned
+    else:
+        changed = _changed(old, new)
+        moves, unassigned = _moves(old, new, changed, catalogue)
     change.set_target(new, changed)
-    moves, unassigned = _moves(old, new, changed, catalogue)
     change.event(
         EventType.TARGET_INSTALLED,
         req.member_id,

@@ -7,6 +7,7 @@ resource so that the single-owner invariant is checked where state is applied.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -255,6 +256,21 @@ class GroupState:
         """Every connector and task of the catalogue (cached until the catalogue changes)."""
         if self._catalogue_resources is None:
             self._catalogue_resources = catalogue_resources(self.catalogue.values())
+        return self._catalogue_resources
+
+    def read_view(self) -> GroupState:
+        """A copy that later changes to this state do not reach, for reading after the group's
+        lock is released (DescribeGroups): the maps are copied (O(members + connectors) pointer
+        copies), their values are immutable. The indexes are shared: do not use them on it."""
+        view = copy.copy(self)
+        view.members = dict(self.members)
+        view.catalogue = dict(self.catalogue)
+        view.configs = dict(self.configs)
+        return view
+
+    def cached_catalogue_resources(self) -> ResourceSet | None:
+        """The catalogue's resources if already built, else None. Never builds them, so it is
+        safe to call without the group's lock (it reads one attribute)."""
         return self._catalogue_resources
 
     def put_connector(self, connector: Connector) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,7 +60,7 @@ class ResourceSet:
         return sorted(self.connectors)
 
     def sorted_tasks(self) -> list[TaskId]:
-        return sorted(self.tasks)
+        return sorted(self.tasks, key=_task_order)  # tuples compare in C, TaskId's __lt__ in Python
 
     def names(self) -> Iterator[str]:
         """Every resource as a display name: connectors as `A`, tasks as `A-0`, sorted."""
@@ -84,6 +85,8 @@ class ResourceSet:
 
 
 EMPTY = ResourceSet()
+
+_task_order = operator.attrgetter("connector", "task")
 
 
 def connector_resources(name: str, task_count: int) -> ResourceSet:

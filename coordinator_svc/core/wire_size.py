@@ -16,7 +16,7 @@ from collections.abc import Mapping
 #: with its metadata, its target entry, its line in the assignor state.
 MEMBER_BYTES = 400
 #: The answer's fixed part: epochs, assignor name, configs, coordinator time.
-FIXED_BYTES = 4_096
+FIXED_BYTES = 1_024
 
 
 def _string(text: str) -> int:

@@ -6,6 +6,7 @@ the transport. Unexpected exceptions become UNKNOWN_SERVER_ERROR and are logged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -15,10 +16,16 @@ import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 from ..core.admin import alter_configs, delete_connector, put_connector
-from ..core.assignment import current_selection, install_assignment, prepare_assignment
+from ..core.assignment import (
+    current_selection,
+    finish_prepare,
+    install_assignment,
+    plan_install,
+    start_prepare,
+)
 from ..core.errors import CoordinatorError, ErrorCode, InvalidRequest
 from ..core.heartbeat import heartbeat
-from ..core.model import GroupConfigDefaults, GroupState
+from ..core.model import GroupState
 from ..core.results import Result
 from ..core.selection import NoSelection
 from ..core.validation import (
@@ -68,19 +75,28 @@ class _Base:
         request: Any,
         decode: Callable[[Any], Q],
         validate: Callable[[Q], None],
-        handle: Callable[[GroupState | None, Q, int, GroupConfigDefaults], Result[Any]],
+        handle: Callable[..., Result[Any]],
         encode: Callable[[Any], Any],
         failure: Callable[[ErrorCode, str], Any],
+        plan: Callable[[GroupState | None, Q], Any] | None = None,
     ) -> Any:
-        """Decode, validate (before any ownership step, so bad input touches nothing), run the
-        core handler on the group's owner, count errors, encode."""
+        """Decode, validate (before any ownership step, so bad input touches nothing), plan
+        what can be worked out before the group's lock (`plan`, given to the handler as its
+        `plan` argument), run the core handler on the group's owner, count errors, encode
+        (after the lock is released)."""
 
         def call() -> Any:
             req = decode(request)
             validate(req)
+            group_id: str = req.group_id  # type: ignore[attr-defined]
+            if plan is None:
+                run = functools.partial(handle, req=req, defaults=self.defaults)
+            else:
+                planned = plan(self.manager.peek(group_id), req)
+                run = functools.partial(handle, req=req, defaults=self.defaults, plan=planned)
             resp = self.manager.execute(
-                req.group_id,  # type: ignore[attr-defined]
-                lambda state, now: handle(state, req, now, self.defaults),
+                group_id,
+                lambda state, now: run(state, now_ms=now),
                 cancelled=lambda: not context.is_active(),
             )
             if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
@@ -115,8 +131,8 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             request,
             convert.prepare_request,
             validate_prepare,
-            prepare_assignment,
-            convert.prepare_response,
+            start_prepare,
+            lambda view: convert.prepare_response(finish_prepare(view)),
             lambda code, msg: coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
                 error_code=int(code), error_message=msg
             ),
@@ -134,6 +150,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             lambda code, msg: coordinator_pb2.ConnectGroupInstallAssignmentResponse(
                 error_code=int(code), error_message=msg
             ),
+            plan=plan_install,
         )
 
 
@@ -243,13 +260,18 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                 reason, name = selection.reason, ""
             else:
                 reason, name = "", selection.assignor_name
-            return Result([], convert.described_group(state, self.defaults, now, reason, name))
+            # Only a copy of the maps under the group's lock; the answer is built after it.
+            view = state.read_view()
+            return Result(
+                [], lambda: convert.described_group(view, self.defaults, now, reason, name)
+            )
 
         def call() -> Any:
             validate_group_id(group_id)
-            return self.manager.execute(
+            answer = self.manager.execute(
                 group_id, describe, cancelled=lambda: not context.is_active()
             )
+            return answer() if callable(answer) else answer
 
         def failed(code: ErrorCode, msg: str) -> Any:
             return admin_pb2.DescribedGroup(

@@ -307,6 +307,13 @@ class GroupManager:
         self.execute(group_id, _no_change)
         return self.store.advertised_address
 
+    def peek(self, group_id: str) -> GroupState | None:
+        """The group's in-memory state if this process holds it, without taking the group's
+        lock: only for reading values that are replaced, never changed in place (the meta, the
+        target, the cached catalogue), as `assignment.plan_install` does."""
+        owned = self._groups.get(group_id)
+        return None if owned is None else owned.state
+
     def list_groups(self, page_token: str, page_size: int) -> tuple[list[ListedGroup], str]:
         """One page of every group in the database (those other processes own included), in
         group id order, with each group's state computed by the database (no group is loaded);
