@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from coordinator_svc.core import replay
 from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
-from coordinator_svc.core.assignment import install_assignment, prepare_assignment
+from coordinator_svc.core.assignment import install_assignment, plan_install, prepare_assignment
 from coordinator_svc.core.errors import ErrorCode
 from coordinator_svc.core.heartbeat import heartbeat
 from coordinator_svc.core.messages import (
@@ -251,7 +251,10 @@ class GroupHarness:
             assignor_state=assignor_state,
             scheduled_rebalance_delay_ms=delay_ms,
         )
-        return self._run(lambda s: install_assignment(s, req, self.now_ms, self.defaults))
+        # As the servicer does: planned before the lock, applied under it if still current.
+        return self._run(
+            lambda s: install_assignment(s, req, self.now_ms, self.defaults, plan_install(s, req))
+        )
 
     def compute(
         self, member_id: str, targets: Mapping[str, ResourceSet], **install_args: Any
