@@ -3,9 +3,10 @@ a builtin) a handler makes, seen by a profiler hook, at two group sizes four tim
 
 A steady heartbeat, a join, a leave and a revocation's acknowledgement must not grow with the
 group (O(1) or O(log n): at most 1.5x the calls at 4x the members); a Prepare, an Install and the
-assignors at most linearly (at most 4 x 1.3 the calls). The counts are deterministic, so this is
-no timing test: what it cannot see is work done inside C without a call (a set copied by an
-operator), which the benchmarks (`bench/run-scale`, `bench/assign_bench.py`) measure instead.
+assignors at most linearly (at most 4 x 1.3 the calls). Every resource set built adds its size
+to the count, so a set copied once per member (one call, O(resources) work) shows too. The
+counts are deterministic, so this is no timing test; other work done inside C without a call is
+measured by the benchmarks (`bench/run-scale`, `bench/assign_bench.py`).
 """
 
 from __future__ import annotations
@@ -31,19 +32,26 @@ from tests.core.harness import DEFAULTS, SESSIONED, GroupHarness
 from worker_agent.assignor import GroupView, MemberView
 from worker_agent.assignors import EagerAssignor, IncrementalCooperativeAssignor
 
+RESOURCE_SET_INIT = ResourceSet.__init__.__code__
 SMALL, LARGE = 100, 400
 TASKS_PER_MEMBER = 5
 CONSTANT, LINEAR = 1.5, 4 * 1.3
 
 
 def count_calls(call: Callable[[], Any]) -> int:
-    """How many Python functions and builtins `call` calls, all nested calls included."""
+    """How many Python functions and builtins `call` calls, all nested calls included; plus,
+    for each ResourceSet built, its size (copying a growing set per member is one call each
+    time, but its size shows the O(members x resources) work)."""
     count = 0
 
-    def profile(_frame: FrameType, event: str, _arg: Any) -> None:
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
         nonlocal count
-        if event in ("call", "c_call"):
+        if event == "c_call":
             count += 1
+        elif event == "call":
+            count += 1
+            if frame.f_code is RESOURCE_SET_INIT:
+                count += len(frame.f_locals["connectors"]) + len(frame.f_locals["tasks"])
 
     previous = sys.getprofile()
     sys.setprofile(profile)
