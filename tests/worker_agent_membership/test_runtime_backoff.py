@@ -73,11 +73,13 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 @pytest.fixture
 def coordinator(database_url: str) -> Iterator[tuple[InProcessCoordinator, CountingInterceptor]]:
     counter = CountingInterceptor()
-    defaults = dataclasses.replace(FAST_DEFAULTS, max_message_bytes=LIMIT)
-    with InProcessCoordinator(database_url, defaults, interceptors=[counter]) as coord:
-        assert coord.stubs is not None
+    # The catalogue is put while the limit is the default (a coordinator with the small limit
+    # refuses a connector its Prepare answer could not carry); then the limit is lowered, as an
+    # operator restarting with a smaller --max-message-bytes would.
+    with InProcessCoordinator(database_url) as setup:
+        assert setup.stubs is not None
         for i in range(6):
-            resp = coord.stubs.admin.PutConnector(
+            resp = setup.stubs.admin.PutConnector(
                 admin_pb2.PutConnectorRequest(
                     group_id=GROUP,
                     connector=f"connector-{i:02d}",
@@ -87,6 +89,8 @@ def coordinator(database_url: str) -> Iterator[tuple[InProcessCoordinator, Count
                 timeout=5,
             )
             assert resp.error_code == 0, resp.error_message
+    defaults = dataclasses.replace(FAST_DEFAULTS, max_message_bytes=LIMIT)
+    with InProcessCoordinator(database_url, defaults, interceptors=[counter]) as coord:
         yield coord, counter
 
 
