@@ -36,8 +36,9 @@ from coordinator_svc.core.model import (
     GroupConfigDefaults,
     GroupState,
     GroupStatus,
+    Member,
 )
-from coordinator_svc.core.records import EventRecord, GroupMetaRecord, Record
+from coordinator_svc.core.records import EventRecord, GroupMetaRecord, MemberRecord, Record
 from coordinator_svc.core.resources import EMPTY, ResourceSet
 from coordinator_svc.core.results import Result
 from coordinator_svc.store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable, rows
@@ -590,3 +591,50 @@ def test_a_whole_catalogue_is_stored_in_a_few_kilobytes() -> None:
     )
     assert len(json.dumps(rows.compact_resources(catalogue))) < 100_000
     assert len(json.dumps(catalogue.to_json())) > 5_000_000
+
+
+def test_a_member_that_only_moves_to_a_new_epoch_gets_a_narrow_update(
+    open_store: Callable[..., SqlStore],
+) -> None:
+    store = open_store()
+    lease = store.try_acquire(GROUP)
+    assert isinstance(lease, Lease)
+    driver = Driver(store, lease)
+    driver.run(put_connector, PutConnectorRequest(GROUP, "A", 2, {}, caller="t"))
+    for member_id in ("w1", "w2"):
+        driver.run(heartbeat, join(member_id))
+    shares = {"w1": ResourceSet.of(["A"], [("A", 0)]), "w2": ResourceSet.of([], [("A", 1)])}
+    _install(driver, shares)
+    for member_id in ("w1", "w2", "w1", "w2"):
+        epoch = driver.member_epoch(member_id)
+        driver.run(
+            heartbeat, HeartbeatRequest(GROUP, member_id, epoch, owned=driver.owned(member_id))
+        )
+    driver.run(put_connector, PutConnectorRequest(GROUP, "B", 0, {}, caller="t"))
+    _install(driver, {**shares, "w2": shares["w2"] | ResourceSet.of(["B"])})  # w1's share kept
+    assert driver.state is not None
+    w1 = driver.state.members["w1"]
+
+    result = heartbeat(
+        driver.state, HeartbeatRequest(GROUP, "w1", w1.member_epoch), driver.now_ms, DEFAULTS
+    )
+    moved = [r for r in result.records if isinstance(r, MemberRecord)]
+    assert [(r.member.member_id, r.epoch_only) for r in moved] == [("w1", True)]
+    driver.run(heartbeat, HeartbeatRequest(GROUP, "w1", w1.member_epoch))
+    driver.run(
+        heartbeat,
+        HeartbeatRequest(GROUP, "w2", driver.member_epoch("w2"), owned=driver.owned("w2")),
+    )
+
+    driver.assert_loaded_equals_memory()
+    assert driver.state.members["w1"].member_epoch > w1.member_epoch
+
+
+def test_a_commit_narrows_a_member_only_if_every_change_of_it_was_epoch_only() -> None:
+    from coordinator_svc.store.sql_store import _Plan
+
+    member = Member("w1", 3, assigned=ResourceSet.of(["A"]))
+    moved = dataclasses.replace(member, member_epoch=4, previous_epoch=3)
+    full = _Plan.of(GROUP, [MemberRecord(GROUP, member), MemberRecord(GROUP, moved, True)])
+    narrow = _Plan.of(GROUP, [MemberRecord(GROUP, moved, True)])
+    assert full.epoch_only == set() and narrow.epoch_only == {"w1"}

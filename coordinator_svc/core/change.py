@@ -354,8 +354,14 @@ class GroupChange:
             old = None if self.state is None else self.state.members.get(m.member_id)
             return 0 if old is not None and m.owned <= old.owned else 1
 
+        def epoch_only(m: Member) -> bool:
+            old = None if self.state is None else self.state.members.get(m.member_id)
+            return old is not None and m == replace(
+                old, member_epoch=m.member_epoch, previous_epoch=m.previous_epoch, state=m.state
+            )
+
         changed.sort(key=lambda m: (gives_up(m), m.member_id))
-        out.extend(MemberRecord(self.group_id, m) for m in changed)
+        out.extend(MemberRecord(self.group_id, m, epoch_only(m)) for m in changed)
         out.extend(self._events)
         return out
 

@@ -61,8 +61,13 @@ class TargetRecord:
 
 @dataclass(frozen=True, slots=True)
 class MemberRecord:
+    """A member as it is now. `epoch_only`: it differs from the committed member only in its
+    epochs and state (the common change once a target is installed: the member moves to the
+    new epoch keeping its work), so the store updates just those columns."""
+
     group_id: str
     member: Member
+    epoch_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -215,6 +215,17 @@ def member_row(group_id: str, member: Member) -> dict[str, Any]:
     }
 
 
+def member_epoch_row(group_id: str, member: Member) -> dict[str, Any]:
+    """The parameters of an epoch-only member update (see `MemberRecord.epoch_only`)."""
+    return {
+        "p_group": group_id,
+        "p_member": member.member_id,
+        "p_epoch": member.member_epoch,
+        "p_previous": member.previous_epoch,
+        "p_state": member.state.value,
+    }
+
+
 def member_from_row(row: Row) -> Member:
     return Member(
         member_id=row["member_id"],

@@ -67,6 +67,7 @@ class _Plan:
     target_changed: frozenset[str] | None = None  # None: rewrite every member's row
     connectors: dict[str, Connector | None] = field(default_factory=dict)
     members: dict[str, Member | None] = field(default_factory=dict)
+    epoch_only: set[str] = field(default_factory=set)  # members whose row needs only epochs
     events: list[EventRecord] = field(default_factory=list)
 
     @staticmethod
@@ -92,10 +93,20 @@ class _Plan:
                     else:
                         plan.target_changed = None
                     plan.target = target
-                case MemberRecord(member=member):
-                    plan.members[member.member_id] = member
+                case MemberRecord(member=member, epoch_only=epoch_only):
+                    member_id = member.member_id
+                    # Narrow only if every change of the member in this commit was.
+                    narrow = epoch_only and (
+                        member_id not in plan.members or member_id in plan.epoch_only
+                    )
+                    plan.members[member_id] = member
+                    if narrow:
+                        plan.epoch_only.add(member_id)
+                    else:
+                        plan.epoch_only.discard(member_id)
                 case MemberRemovedRecord(member_id=member_id):
                     plan.members[member_id] = None
+                    plan.epoch_only.discard(member_id)
                 case ConnectorRecord(connector=connector):
                     plan.connectors[connector.name] = connector
                 case ConnectorRemovedRecord(name=name):
@@ -426,6 +437,15 @@ class SqlStore:
         self._upsert_connector = _upsert(insert, schema.connectors)
         self._upsert_target = _upsert(insert, schema.target_assignments)
         m, c = schema.members.c, schema.connectors.c
+        self._update_member_epochs = (
+            sa.update(schema.members)
+            .where(m.group_id == sa.bindparam("p_group"), m.member_id == sa.bindparam("p_member"))
+            .values(
+                member_epoch=sa.bindparam("p_epoch"),
+                previous_epoch=sa.bindparam("p_previous"),
+                state=sa.bindparam("p_state"),
+            )
+        )
         self._delete_members = sa.delete(schema.members).where(
             m.group_id == sa.bindparam("p_group"),
             m.member_id.in_(sa.bindparam("p_ids", expanding=True)),
@@ -649,9 +669,20 @@ class SqlStore:
             target_members = rows.target_member_rows(group_id, plan.target, changed)
             if target_members:
                 conn.execute(self._insert_target_members, target_members)
-        put_members = [rows.member_row(group_id, v) for v in plan.members.values() if v is not None]
+        put_members = [
+            rows.member_row(group_id, v)
+            for v in plan.members.values()
+            if v is not None and v.member_id not in plan.epoch_only
+        ]
         if put_members:
             conn.execute(self._upsert_member, put_members)
+        moved = [
+            rows.member_epoch_row(group_id, v)
+            for v in plan.members.values()
+            if v is not None and v.member_id in plan.epoch_only
+        ]
+        if moved:
+            conn.execute(self._update_member_epochs, moved)
         if plan.events:
             # executemany: psycopg 3 sends the rows in one pipeline.
             conn.execute(self._insert_events, [rows.event_row(e) for e in plan.events])
