@@ -494,6 +494,14 @@ def test_a_process_paused_inside_a_transaction_does_not_block_takeover(
         taker.close()
 
 
+def leased_driver(open_store: Callable[..., SqlStore]) -> Driver:
+    """A Driver on a fresh store holding the group's lease."""
+    store = open_store()
+    lease = store.try_acquire(GROUP)
+    assert isinstance(lease, Lease)
+    return Driver(store, lease)
+
+
 def _install(driver: Driver, shares: dict[str, ResourceSet]) -> None:
     epoch = driver.member_epoch("w1")
     prepared = driver.run(prepare_assignment, PrepareRequest(GROUP, "w1", epoch))
@@ -521,10 +529,8 @@ def _row_versions(store: SqlStore, table: str) -> dict[str, Any]:
 def test_an_install_rewrites_only_the_target_rows_of_members_whose_share_changed(
     open_store: Callable[..., SqlStore], store_url: str
 ) -> None:
-    store = open_store()
-    lease = store.try_acquire(GROUP)
-    assert isinstance(lease, Lease)
-    driver = Driver(store, lease)
+    driver = leased_driver(open_store)
+    store = driver.store
     driver.run(put_connector, PutConnectorRequest(GROUP, "A", 4, {}, caller="t"))
     for member_id in ("w1", "w2", "w3", "w4"):
         driver.run(heartbeat, join(member_id))
@@ -548,10 +554,8 @@ def test_an_install_rewrites_only_the_target_rows_of_members_whose_share_changed
 def test_metadata_changes_keep_the_prepare_snapshot_without_rewriting_it(
     open_store: Callable[..., SqlStore],
 ) -> None:
-    store = open_store()
-    lease = store.try_acquire(GROUP)
-    assert isinstance(lease, Lease)
-    driver = Driver(store, lease)
+    driver = leased_driver(open_store)
+    store = driver.store
     driver.run(put_connector, PutConnectorRequest(GROUP, "A", 3, {}, caller="t"))
     driver.run(heartbeat, join("w1"))
     epoch = driver.member_epoch("w1")
@@ -596,10 +600,7 @@ def test_a_whole_catalogue_is_stored_in_a_few_kilobytes() -> None:
 def test_a_member_that_only_moves_to_a_new_epoch_gets_a_narrow_update(
     open_store: Callable[..., SqlStore],
 ) -> None:
-    store = open_store()
-    lease = store.try_acquire(GROUP)
-    assert isinstance(lease, Lease)
-    driver = Driver(store, lease)
+    driver = leased_driver(open_store)
     driver.run(put_connector, PutConnectorRequest(GROUP, "A", 2, {}, caller="t"))
     for member_id in ("w1", "w2"):
         driver.run(heartbeat, join(member_id))

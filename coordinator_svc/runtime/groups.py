@@ -273,7 +273,7 @@ class GroupManager:
                         extra=fields(group=group_id),
                     )
                     pending.fail(error)
-                    self._fail_all(ran, batch, group_id)
+                    self._fail_unanswered(batch, group_id)
                     return
                 records.extend(result.records)
             ran.append((pending, result))
@@ -291,15 +291,13 @@ class GroupManager:
         if owned.state is None:
             self._release_unused(group_id, owned)
 
-    def _fail_all(
-        self, ran: list[tuple[_Pending, Result[Any]]], batch: list[_Pending], group_id: str
-    ) -> None:
+    def _fail_unanswered(self, batch: list[_Pending], group_id: str) -> None:
+        """Fail every request of the batch not yet answered (those that ran too: their records
+        were applied to a state that is now dropped, and nothing was committed)."""
         error = CoordinatorNotAvailable(f"group {group_id!r} is being reloaded; retry.")
         for pending in batch:
             if not pending.done:
                 pending.fail(error)
-        for pending, _result in ran:
-            pending.fail(error)
 
     def owner_address(self, group_id: str) -> str:
         """Which process serves the group (FindCoordinator): this one if it owns or can take it

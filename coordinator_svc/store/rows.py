@@ -60,18 +60,19 @@ def _unb64(text: Any) -> bytes:
     return base64.b64decode(str(text)) if text else b""
 
 
-_last_compacted: list[tuple[ResourceSet, dict[str, Any]]] = []
+_last_compacted: tuple[ResourceSet, dict[str, Any]] | None = None
 
 
 def compact_resources(resources: ResourceSet) -> dict[str, Any]:
     """A resource set as connectors plus, per connector, its task numbers as [first, last]
     ranges: a whole catalogue (100,000 tasks) in a few kilobytes instead of megabytes. The
     last result is kept: every Prepare of a group stores the same (cached) catalogue object."""
-    last = _last_compacted[-1:] if _last_compacted else []
-    if last and last[0][0] is resources:
-        return last[0][1]
+    global _last_compacted
+    last = _last_compacted
+    if last is not None and last[0] is resources:
+        return last[1]
     compact = _compact(resources)
-    _last_compacted[:] = [(resources, compact)]
+    _last_compacted = (resources, compact)
     return compact
 
 

@@ -530,12 +530,9 @@ class SqlStore:
 
     # --- group state ----------------------------------------------------------------------
 
-    def group_ids(self, after: str = "", limit: int | None = None) -> list[str]:
-        """Group ids in order, those after `after`, at most `limit` of them."""
+    def group_ids(self) -> list[str]:
         g = schema.groups.c
-        stmt = sa.select(g.group_id).where(g.group_id > after).order_by(g.group_id)
-        if limit is not None:
-            stmt = stmt.limit(limit)
+        stmt = sa.select(g.group_id).order_by(g.group_id)
 
         def read(conn: Connection) -> list[str]:
             return [str(group_id) for group_id in conn.execute(stmt).scalars()]
