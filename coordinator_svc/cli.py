@@ -170,7 +170,7 @@ def _add_serve(sub: Any) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .grpc_api.server import create_server, set_serving
+    from .grpc_api.server import CoordinatorServer
     from .metrics import Metrics
     from .runtime.groups import GroupManager
     from .store import SqlStore
@@ -205,12 +205,13 @@ def serve(args: argparse.Namespace) -> int:
             return 2
     metrics = Metrics()
     manager = GroupManager(store, defaults, metrics)
-    server, port, health = create_server(
+    server = CoordinatorServer(
         manager,
         f"{host}:{args.port}",
         args.max_workers,
         max_message_bytes=defaults.max_message_bytes,
     )
+    port = server.port
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -221,7 +222,7 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     manager.start()
     server.start()
-    set_serving(health, True)
+    server.set_serving(True)
     if args.metrics_port:
         metrics.serve(args.metrics_port, host)
     log.info(
@@ -238,8 +239,8 @@ def serve(args: argparse.Namespace) -> int:
     )
     while not stop.wait(1.0):
         pass
-    set_serving(health, False)
-    server.stop(args.shutdown_grace_s).wait()
+    server.set_serving(False)
+    server.stop(args.shutdown_grace_s)
     manager.stop()
     store.close()
     log.info("stopped", extra=logs.fields(event="stopped"))

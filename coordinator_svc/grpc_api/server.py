@@ -1,9 +1,13 @@
-"""Build the gRPC server: both services, the standard health service and server reflection."""
+"""The gRPC server (grpc.aio, on a thread of its own): both services, the standard health service
+and server reflection; and the message size options servers and channels share."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
 from concurrent import futures
+from typing import Any, TypeVar
 
 import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
@@ -12,7 +16,10 @@ from grpc_reflection.v1alpha import reflection
 
 from ..core.model import DEFAULT_MAX_MESSAGE_BYTES
 from ..runtime.groups import GroupManager
+from .aio import AsyncAdminServicer, AsyncCoordinatorServicer
 from .servicers import AdminServicer, CoordinatorServicer
+
+T = TypeVar("T")
 
 COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name[
     "ConnectGroupCoordinator"
@@ -39,42 +46,93 @@ def channel_options(
     ]
 
 
-def create_server(
-    manager: GroupManager,
-    address: str,
-    max_workers: int = 32,
-    *,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    interceptors: Sequence[grpc.ServerInterceptor] = (),
-) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A server bound to `address` ("host:port"; port 0 picks one) that sends and accepts
-    messages of up to `max_message_bytes`. Returns (server, port, health servicer); the caller
-    starts it and sets health to SERVING."""
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-        interceptors=interceptors,
-        options=[("grpc.so_reuseport", 0), *channel_options(max_message_bytes)],
-    )
-    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(
-        CoordinatorServicer(manager), server
-    )
-    admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(AdminServicer(manager), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (COORDINATOR_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise RuntimeError(f"could not bind {address}")
-    return server, port, health_servicer
+class CoordinatorServer:
+    """The coordinator's gRPC server: grpc.aio on an event loop of its own thread (so callers
+    stay synchronous), with a pool of `max_workers` threads for calls that may block (`aio.py`);
+    both services, health and reflection. Bound to `address` ("host:port"; port 0 picks one,
+    see `port`) when built; sends and accepts messages of up to `max_message_bytes`."""
 
+    def __init__(
+        self,
+        manager: GroupManager,
+        address: str,
+        max_workers: int = 32,
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
+        options = [("grpc.so_reuseport", 0), *channel_options(max_message_bytes)]
+        self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="grpc-loop", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._server, self.port, self._health = self._on_loop(
+                self._build(manager, address, options, interceptors)
+            )
+        except BaseException:
+            self._close_loop()
+            raise
 
-def set_serving(health_servicer: health.HealthServicer, serving: bool) -> None:
-    status = (
-        health_pb2.HealthCheckResponse.SERVING
-        if serving
-        else health_pb2.HealthCheckResponse.NOT_SERVING
-    )
-    for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE):
-        health_servicer.set(service, status)
+    async def _build(
+        self,
+        manager: GroupManager,
+        address: str,
+        options: list[tuple[str, int]],
+        interceptors: Sequence[grpc.aio.ServerInterceptor],
+    ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+        server = grpc.aio.server(interceptors=interceptors, options=options)
+        coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(
+            AsyncCoordinatorServicer(CoordinatorServicer(manager), self._pool), server
+        )
+        admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(
+            AsyncAdminServicer(AdminServicer(manager), self._pool), server
+        )
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (COORDINATOR_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            server,
+        )
+        port = server.add_insecure_port(address)
+        if port == 0:
+            raise RuntimeError(f"could not bind {address}")
+        return server, port, health_servicer
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def start(self) -> None:
+        self._on_loop(self._server.start())
+
+    def set_serving(self, serving: bool) -> None:
+        """Health (overall and per service): SERVING or NOT_SERVING."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+
+        async def set_all() -> None:
+            for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE):
+                await self._health.set(service, status)
+
+        self._on_loop(set_all())
+
+    def stop(self, grace_s: float | None) -> None:
+        """Refuse new calls, let calls in flight finish for up to `grace_s` seconds (None: none),
+        cancel the rest, and stop the loop and the pool (a pool thread still in a call finishes
+        it; its answer goes nowhere)."""
+        try:
+            self._on_loop(self._server.stop(grace_s))
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()

@@ -234,6 +234,31 @@ class GroupManager:
             owned.withdraw(pending)
         raise CoordinatorNotAvailable(f"group {group_id!r} is changing owner; retry.")
 
+    def execute_if_steady(self, group_id: str, handler: Handler[R]) -> tuple[bool, R | None]:
+        """Run a core handler at once on the calling thread, if that needs neither a wait nor
+        the database: the group is held here under a fresh lease, nothing is queued for it, its
+        lock is free, and the handler changes nothing (no records). Returns (True, response)
+        then, else (False, None) and nothing happened (the caller goes through `execute`).
+
+        This is the steady heartbeat's path: it lets the event loop answer it without handing
+        it to a thread (`grpc_api.aio`)."""
+        owned = self._groups.get(group_id)
+        if owned is None or owned.queue or not self._lease_fresh(owned):
+            return False, None
+        if not owned.lock.acquire(blocking=False):
+            return False, None
+        try:
+            if self._groups.get(group_id) is not owned or owned.queue:
+                return False, None
+            result = handler(owned.state, self.clock.now_ms())
+            if result.records:
+                return False, None  # a change: it is committed by `execute`, run again there
+            owned.last_used = time.monotonic()
+            self._apply_timers(group_id, result.timers)
+            return True, result.response
+        finally:
+            owned.lock.release()
+
     def _lock(self, owned: _OwnedGroup, pending: _Pending) -> None:
         """Take the group's lock, unless the request is answered by another thread meanwhile
         (then the lock is taken all the same, briefly) or its caller gives up."""

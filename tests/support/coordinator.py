@@ -20,7 +20,7 @@ from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES, GroupConfigDefaults
-from coordinator_svc.grpc_api.server import channel_options, create_server, set_serving
+from coordinator_svc.grpc_api.server import CoordinatorServer, channel_options
 from coordinator_svc.runtime.groups import GroupManager
 from coordinator_svc.store import SqlStore
 
@@ -63,7 +63,7 @@ class InProcessCoordinator:
         defaults: GroupConfigDefaults = FAST_DEFAULTS,
         lease_ms: int = 5_000,
         node_id: str | None = None,
-        interceptors: Sequence[grpc.ServerInterceptor] = (),
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         self.database_url = database_url
         self.node_id = node_id or f"test-{uuid.uuid4().hex[:6]}"
@@ -74,7 +74,7 @@ class InProcessCoordinator:
         )
         self.store.migrate()
         self.manager = GroupManager(self.store, defaults)
-        self.server, _, self.health = create_server(
+        self.server = CoordinatorServer(
             self.manager,
             self.address,
             max_workers=16,
@@ -86,7 +86,7 @@ class InProcessCoordinator:
     def __enter__(self) -> InProcessCoordinator:
         self.manager.start()
         self.server.start()
-        set_serving(self.health, True)
+        self.server.set_serving(True)
         self.stubs = Stubs(self.address)
         return self
 
@@ -98,7 +98,7 @@ class InProcessCoordinator:
     ) -> None:
         if self.stubs is not None:
             self.stubs.close()
-        self.server.stop(None).wait()
+        self.server.stop(None)
         self.manager.stop()
         self.store.close()
 

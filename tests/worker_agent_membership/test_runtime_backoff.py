@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
@@ -37,21 +37,21 @@ WINDOW_S = 3.0
 MAX_ATTEMPTS_IN_WINDOW = 20
 
 
-class CountingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class CountingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Counts every call the server receives, by method."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
         with self._lock:
             self._counts[handler_call_details.method] += 1
-        return continuation(handler_call_details)
+        return await continuation(handler_call_details)
 
     def count(self, method: str) -> int:
         with self._lock:
