@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -396,9 +397,9 @@ class Stage:
 
     def serve_argv(self, node: str) -> list[str]:
         a = self.bench.args
-        exe = str(Path(sys.executable).parent / "coordinator-svc")
+        exe = a.serve_command or str(Path(sys.executable).parent / "coordinator-svc")
         argv = [
-            exe,
+            *shlex.split(exe),
             "serve",
             "--host",
             "127.0.0.1",
@@ -1619,6 +1620,12 @@ def main() -> int:
             help=f"default {value} (small: {PRESETS['small'][key]})",
         )
     parser.add_argument("--state-dir", default="", help="(for run-scale's exit trap)")
+    parser.add_argument(
+        "--serve-command",
+        default="",
+        help="command run as `<it> serve ...` instead of .venv/bin/coordinator-svc "
+        "(experiments: a baseline build, a wrapper)",
+    )
     parser.add_argument("--output", default=str(RESULTS / "scale-latest.json"))
     args = parser.parse_args()
     preset = PRESETS["small" if args.small else "full"]
