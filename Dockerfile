@@ -14,6 +14,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY connect_protocol ./connect_protocol
 COPY coordinator_svc ./coordinator_svc
 COPY worker_agent ./worker_agent
 COPY audit_export ./audit_export

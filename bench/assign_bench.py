@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from coordinator_svc.core.resources import ResourceSet, TaskId
+from connect_protocol.resources import ResourceSet, TaskId
 from tests.worker_agent_assignors import frozen_v1
 from worker_agent.assignor import (
     SCHEDULED_REBALANCE_MAX_DELAY_MS,

@@ -36,12 +36,12 @@ from connect.group.v1 import admin_pb2, coordinator_pb2  # noqa: E402
 from grpc_health.v1 import health, health_pb2  # noqa: E402
 
 from bench.coordinator_bench import IC, PG_SETTINGS, from_cat, rotated, round_robin, to_cat  # noqa: E402
+from connect_protocol import wire as protocol_wire  # noqa: E402
 from coordinator_svc.core.heartbeat import heartbeat  # noqa: E402
 from coordinator_svc.core.model import GroupConfigDefaults  # noqa: E402
 from coordinator_svc.core.results import Result  # noqa: E402
 from coordinator_svc.core.selection import select  # noqa: E402
 from coordinator_svc.core.validation import validate_heartbeat  # noqa: E402
-from coordinator_svc.grpc_api import convert  # noqa: E402
 from coordinator_svc.grpc_api.servicers import AdminServicer, CoordinatorServicer  # noqa: E402
 from coordinator_svc.runtime.groups import GroupManager  # noqa: E402
 from coordinator_svc.store import SqlStore  # noqa: E402
@@ -150,12 +150,12 @@ def main() -> int:
             msg = coordinator_pb2.ConnectGroupHeartbeatRequest(
                 group_id=GROUP, member_id=member, member_epoch=epochs[member]
             )
-            req = convert.heartbeat_request(msg)
+            req = protocol_wire.heartbeat_request_from_wire(msg)
             now = int(time.time() * 1000)
             result = heartbeat(state, req, now, defaults)
             assert not result.records, result.records
             wire = msg.SerializeToString()
-            resp_msg = convert.heartbeat_response(result.response)
+            resp_msg = protocol_wire.heartbeat_response_to_wire(result.response)
             resp_wire = resp_msg.SerializeToString()
             owned_msg = coordinator_pb2.ConnectGroupHeartbeatRequest()
             owned_msg.CopyFrom(msg)
@@ -173,12 +173,12 @@ def main() -> int:
                     per_call_us(lambda: coord.ConnectGroupHeartbeat(owned_msg, ctx), n),
                 ),
                 (
-                    "  decode (convert.heartbeat_request)",
-                    per_call_us(lambda: convert.heartbeat_request(msg), n),
+                    "  decode (protocol_wire.heartbeat_request_from_wire)",
+                    per_call_us(lambda: protocol_wire.heartbeat_request_from_wire(msg), n),
                 ),
                 (
                     "  decode, owned list",
-                    per_call_us(lambda: convert.heartbeat_request(owned_msg), n),
+                    per_call_us(lambda: protocol_wire.heartbeat_request_from_wire(owned_msg), n),
                 ),
                 ("  validate_heartbeat", per_call_us(lambda: validate_heartbeat(req), n)),
                 (
@@ -193,8 +193,10 @@ def main() -> int:
                     ),
                 ),
                 (
-                    "  encode (convert.heartbeat_response)",
-                    per_call_us(lambda: convert.heartbeat_response(result.response), n),
+                    "  encode (protocol_wire.heartbeat_response_to_wire)",
+                    per_call_us(
+                        lambda: protocol_wire.heartbeat_response_to_wire(result.response), n
+                    ),
                 ),
                 (
                     "  metrics histogram observe",
@@ -343,7 +345,7 @@ def main() -> int:
             )
             join_req.client_assignors.assignors.append(IC)
             join_req.connectors_and_tasks.SetInParent()
-            join_core = convert.heartbeat_request(join_req)
+            join_core = protocol_wire.heartbeat_request_from_wire(join_req)
             rows += [
                 (
                     "join: core heartbeat() (pure, not persisted)",

@@ -69,7 +69,7 @@ for extra in (REPO, REPO / "generated"):
 import grpc  # noqa: E402
 from connect.group.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 
-from coordinator_svc.core.resources import ResourceSet  # noqa: E402
+from connect_protocol.resources import ResourceSet  # noqa: E402
 from tests.support.coordinator import CoordinatorProcess  # noqa: E402
 from worker_agent.assignors import assignors_for_protocol  # noqa: E402
 from worker_agent.listener import CallbackListener, RebalanceEvent  # noqa: E402

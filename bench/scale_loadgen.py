@@ -50,9 +50,10 @@ import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator_svc.core.messages import HeartbeatRequest
-from coordinator_svc.core.resources import EMPTY, ResourceSet
-from coordinator_svc.grpc_api.convert import resources_from
+from connect_protocol import wire as protocol_wire
+from connect_protocol.messages import HeartbeatRequest
+from connect_protocol.resources import EMPTY, ResourceSet
+from connect_protocol.wire import resources_from
 from worker_agent import wire
 from worker_agent.assignor import AssignmentResult
 from worker_agent.assignors import assignors_for_protocol
@@ -247,7 +248,7 @@ class LoadProcess:
                 m.epoch,
                 owned=m.owned if m.owned != m.last_reported else None,
             )
-        msg = wire.heartbeat_request(req)
+        msg = protocol_wire.heartbeat_request_to_wire(req)
         self.sizes.see("heartbeat_request", msg.ByteSize())
         started = time.time()
         t0 = time.perf_counter()

@@ -15,16 +15,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from . import logs
-from .core.model import DEFAULT_MAX_MESSAGE_BYTES, GroupConfigDefaults
+from connect_protocol import logs
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
+
+from .core.model import GroupConfigDefaults
 
 log = logging.getLogger("coordinator")
 
 DEFAULT_PORT = 9093
 DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
 MAX_MESSAGE_BYTES_ENV = "COORDINATOR_MAX_MESSAGE_BYTES"
-#: gRPC keeps message lengths in a signed 32-bit int.
-MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
 
 
 def _env(name: str, default: Any) -> Any:
@@ -272,7 +272,7 @@ def _stubs(address: str, max_message_bytes: int) -> tuple[Any, Any]:
     import grpc
     from connect.group.v1 import admin_pb2_grpc
 
-    from .grpc_api.server import channel_options
+    from connect_protocol.limits import channel_options
 
     channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
     return channel, admin_pb2_grpc.ConnectGroupAdminStub(channel)

@@ -16,13 +16,11 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator_svc.core import replay
-from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
-from coordinator_svc.core.assignment import install_assignment, prepare_assignment
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.heartbeat import heartbeat
-from coordinator_svc.core.messages import (
+from connect_protocol.configs import SESSION_TIMEOUT_MS
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import (
     AlterConfigsRequest,
+    Assignor,
     DeleteConnectorRequest,
     HeartbeatRequest,
     InstallRequest,
@@ -30,16 +28,13 @@ from coordinator_svc.core.messages import (
     PrepareRequest,
     PutConnectorRequest,
 )
-from coordinator_svc.core.model import (
-    SESSION_TIMEOUT_MS,
-    Assignor,
-    GroupConfigDefaults,
-    GroupState,
-    GroupStatus,
-    Member,
-)
+from connect_protocol.resources import EMPTY, ResourceSet
+from coordinator_svc.core import replay
+from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
+from coordinator_svc.core.assignment import install_assignment, prepare_assignment
+from coordinator_svc.core.heartbeat import heartbeat
+from coordinator_svc.core.model import GroupConfigDefaults, GroupState, GroupStatus, Member
 from coordinator_svc.core.records import EventRecord, GroupMetaRecord, MemberRecord, Record
-from coordinator_svc.core.resources import EMPTY, ResourceSet
 from coordinator_svc.core.results import Result
 from coordinator_svc.store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable, rows
 

@@ -16,7 +16,8 @@ import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.configs import SCHEDULED_REBALANCE_MAX_DELAY_MS, config_int
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 
 __all__ = [
     "SCHEDULED_REBALANCE_MAX_DELAY_MS",
@@ -28,8 +29,6 @@ __all__ = [
     "ResourceSet",
     "TaskId",
 ]
-
-SCHEDULED_REBALANCE_MAX_DELAY_MS = "scheduled.rebalance.max.delay.ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +85,7 @@ class GroupView:
 
     def config_int(self, name: str, default: int) -> int:
         """A group configuration as an integer (milliseconds), or `default` if absent/invalid."""
-        try:
-            return int(self.configs[name])
-        except (KeyError, ValueError):
-            return default
+        return config_int(self.configs, name, default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,13 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator_svc import logs
-from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol import logs
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
 
 from .assignors import PROTOCOLS, assignors_for_protocol
 from .hooks import ExecHookListener, WebhookListener
 from .listener import CallbackListener, CompositeListener, RebalanceEvent, WorkerRebalanceListener
-from .runtime import MAX_GRPC_MESSAGE_BYTES, Agent, AgentSettings
+from .runtime import Agent, AgentSettings
 from .status import StatusServer
 
 log = logging.getLogger("worker_agent")

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc
 
-from .runtime import channel_options
+from connect_protocol.limits import channel_options
 
 GROUP = "demo"
 CONNECTORS = (("orders-sink", 4), ("clicks-source", 3), ("audit-log", 2))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from coordinator_svc.core.resources import ResourceSet, TaskId
+from connect_protocol.resources import ResourceSet, TaskId
 
 __all__ = [
     "CallbackListener",

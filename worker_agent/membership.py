@@ -20,16 +20,17 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import (
+from connect_protocol.configs import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    Assignor,
     HeartbeatRequest,
     HeartbeatResponse,
 )
-from coordinator_svc.core.model import Assignor
-from coordinator_svc.core.resources import EMPTY, ResourceSet
+from connect_protocol.resources import EMPTY, ResourceSet
 
 MIN_RETRY_BACKOFF_MS = 50
 MAX_RETRY_BACKOFF_MS = 2_000
@@ -68,8 +69,8 @@ class MembershipConfig:
     url: str | None = None
     eager: bool = False
     #: Used until the first response says otherwise.
-    initial_heartbeat_interval_ms: int = 3_000
-    initial_session_timeout_ms: int = 10_000
+    initial_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    initial_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
 
 
 # --- actions: what the runtime must do --------------------------------------------------------

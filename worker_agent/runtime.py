@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES, Assignor
-from coordinator_svc.core.resources import EMPTY, ResourceSet
+from connect_protocol import wire as protocol_wire
+from connect_protocol.errors import ErrorCode
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
+from connect_protocol.messages import Assignor
+from connect_protocol.resources import EMPTY, ResourceSet
 
 from . import wire
 from .assignor import AssignmentResult, ConnectAssignor
@@ -53,24 +55,6 @@ log = logging.getLogger("worker_agent")
 
 RPC_TIMEOUT_S = 5.0
 LEAVE_TIMEOUT_S = 10.0
-#: gRPC keeps message lengths in a signed 32-bit int.
-MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
-
-
-def channel_options(
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-) -> list[tuple[str, int]]:
-    """gRPC channel options that set both the send and the receive limit to
-    `max_message_bytes` (gRPC's own defaults are 4 MiB received, unlimited sent)."""
-    if not 0 < max_message_bytes <= MAX_GRPC_MESSAGE_BYTES:
-        raise ValueError(
-            f"max_message_bytes must be between 1 and {MAX_GRPC_MESSAGE_BYTES}, "
-            f"not {max_message_bytes}"
-        )
-    return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-    ]
 
 
 def monotonic_ms() -> int:
@@ -349,7 +333,7 @@ class Agent:
     def _heartbeat(self, request: Any) -> None:
         try:
             answer = self._connection.coordinator.ConnectGroupHeartbeat(
-                wire.heartbeat_request(request), timeout=self._call_timeout_s()
+                protocol_wire.heartbeat_request_to_wire(request), timeout=self._call_timeout_s()
             )
         except grpc.RpcError as error:
             # The machine backs the next heartbeat off (at most a heartbeat interval apart), so
@@ -359,7 +343,7 @@ class Agent:
                 self.machine.on_heartbeat_failed(_rpc_error(error), self._clock_ms())
             return
         self._note_call("ConnectGroupHeartbeat", None)
-        response = wire.heartbeat_response(answer)
+        response = protocol_wire.heartbeat_response_from_wire(answer)
         with self._lock:
             before = self.machine.assigned
             self.machine.on_heartbeat_response(response, self._clock_ms())
@@ -399,7 +383,7 @@ class Agent:
             )
             try:
                 resp = connection.admin.FindCoordinator(
-                    admin_pb2.FindCoordinatorRequest(group_id=self.settings.group_id),
+                    wire.find_coordinator_request(self.settings.group_id),
                     timeout=self._call_timeout_s(),
                 )
             except grpc.RpcError as error:
@@ -479,14 +463,12 @@ class Agent:
         prepared = self._call(
             "ConnectGroupPrepareAssignment",
             self._connection.coordinator.ConnectGroupPrepareAssignment,
-            coordinator_pb2.ConnectGroupPrepareAssignmentRequest(
-                group_id=s.group_id, member_id=s.member_id, member_epoch=epoch
-            ),
+            wire.prepare_request(s.group_id, s.member_id, epoch),
         )
         if prepared.error_code != 0:
             log.warning(
                 "PrepareAssignment refused: %s %s",
-                wire.error_code(prepared.error_code).name,
+                protocol_wire.error_code(prepared.error_code).name,
                 prepared.error_message,
             )
             return
@@ -519,7 +501,7 @@ class Agent:
             log.warning(
                 "InstallAssignment for group epoch %d refused: %s %s",
                 group.group_epoch,
-                wire.error_code(answer.error_code).name,
+                protocol_wire.error_code(answer.error_code).name,
                 answer.error_message,
             )
             return
@@ -569,4 +551,4 @@ def _describe(resources: ResourceSet) -> str:
     return ", ".join(resources.sorted_connectors() + [str(t) for t in resources.sorted_tasks()])
 
 
-__all__ = ["EMPTY", "Agent", "AgentSettings", "advertised", "channel_options", "monotonic_ms"]
+__all__ = ["EMPTY", "Agent", "AgentSettings", "advertised", "monotonic_ms"]

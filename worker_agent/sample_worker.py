@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator_svc import logs
+from connect_protocol import logs
 
 __all__ = [
     "Assignment",

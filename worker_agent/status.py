@@ -25,7 +25,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from coordinator_svc.core.resources import EMPTY, ResourceSet
+from connect_protocol.resources import EMPTY, ResourceSet
 
 __all__ = ["StatusServer"]
 

@@ -1,66 +1,28 @@
-"""Client-side proto <-> value conversion for the agent: heartbeat requests out, responses in,
-PrepareAssignment answers into the assignor's `GroupView`, its result into an install request.
-
-The server side's converters (`coordinator_svc.grpc_api.convert`) go the other way; the shared
-pieces (resource sets, assignor entries) are reused from there.
+"""The agent's proto <-> value conversion for what only the agent reads or sends: PrepareAssignment
+requests out and answers into the assignor's `GroupView`, its result into an install request,
+FindCoordinator requests. Heartbeats, resource sets and assignors: `connect_protocol.wire`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from connect.group.v1 import coordinator_pb2
+from connect.group.v1 import admin_pb2, coordinator_pb2
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import AssignmentMessage, HeartbeatRequest, HeartbeatResponse
-from coordinator_svc.grpc_api.convert import assignor_to, resources_from, resources_to
+from connect_protocol.wire import resources_from, resources_to
 
 from .assignor import AssignmentResult, GroupView, MemberView
 
 
-def heartbeat_request(req: HeartbeatRequest) -> Any:
-    out = coordinator_pb2.ConnectGroupHeartbeatRequest(
-        group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch
-    )
-    if req.instance_id is not None:
-        out.instance_id = req.instance_id
-    if req.rebalance_timeout_ms is not None:
-        out.rebalance_timeout_ms = req.rebalance_timeout_ms
-    if req.server_assignor is not None:
-        out.server_assignor = req.server_assignor
-    if req.client_assignors is not None:
-        out.client_assignors.SetInParent()
-        out.client_assignors.assignors.extend(assignor_to(a) for a in req.client_assignors)
-    if req.owned is not None:
-        out.connectors_and_tasks.SetInParent()
-        resources_to(req.owned, out.connectors_and_tasks)
-    if req.url is not None:
-        out.url = req.url
-    return out
+def find_coordinator_request(group_id: str) -> admin_pb2.FindCoordinatorRequest:
+    return admin_pb2.FindCoordinatorRequest(group_id=group_id)
 
 
-def error_code(value: int) -> ErrorCode:
-    """A wire error code as the enum; codes this client does not know are UNKNOWN_SERVER_ERROR."""
-    try:
-        return ErrorCode(value)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-
-
-def heartbeat_response(msg: Any) -> HeartbeatResponse:
-    assignment = None
-    if msg.HasField("assignment"):
-        a = msg.assignment
-        assignment = AssignmentMessage(
-            resources_from(a.connectors_and_tasks), a.version, bytes(a.metadata), a.error
-        )
-    return HeartbeatResponse(
-        error_code=error_code(msg.error_code),
-        error_message=msg.error_message,
-        member_epoch=msg.member_epoch,
-        heartbeat_interval_ms=msg.heartbeat_interval_ms,
-        session_timeout_ms=msg.session_timeout_ms,
-        assignment=assignment,
+def prepare_request(
+    group_id: str, member_id: str, member_epoch: int
+) -> coordinator_pb2.ConnectGroupPrepareAssignmentRequest:
+    return coordinator_pb2.ConnectGroupPrepareAssignmentRequest(
+        group_id=group_id, member_id=member_id, member_epoch=member_epoch
     )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .change import GroupChange
-from .errors import CoordinatorError, GroupIdNotFound, InvalidRequest
-from .messages import (
+from connect_protocol.configs import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from connect_protocol.errors import CoordinatorError, GroupIdNotFound, InvalidRequest
+from connect_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
     DeleteConnectorRequest,
@@ -15,13 +15,9 @@ from .messages import (
     PutConnectorRequest,
     PutConnectorResponse,
 )
-from .model import (
-    HEARTBEAT_INTERVAL_MS,
-    SESSION_TIMEOUT_MS,
-    Connector,
-    GroupConfigDefaults,
-    GroupState,
-)
+
+from .change import GroupChange
+from .model import Connector, GroupConfigDefaults, GroupState
 from .records import EventType
 from .results import Result
 from .validation import validate_alter_configs, validate_delete_connector, validate_put_connector

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .change import GroupChange
-from .errors import (
+from connect_protocol.configs import SCHEDULED_REBALANCE_MAX_DELAY_MS
+from connect_protocol.errors import (
     CoordinatorError,
     ErrorCode,
     FencedMemberEpoch,
@@ -15,7 +15,8 @@ from .errors import (
     InvalidAssignment,
     UnknownMemberId,
 )
-from .messages import (
+from connect_protocol.messages import (
+    Assignor,
     ConnectorInfo,
     InstallRequest,
     InstallResponse,
@@ -24,9 +25,10 @@ from .messages import (
     PrepareRequest,
     PrepareResponse,
 )
+from connect_protocol.resources import ResourceSet, TaskId
+
+from .change import GroupChange
 from .model import (
-    SCHEDULED_REBALANCE_MAX_DELAY_MS,
-    Assignor,
     Connector,
     GroupConfigDefaults,
     GroupState,
@@ -36,7 +38,6 @@ from .model import (
     TargetEntry,
 )
 from .records import EventType
-from .resources import ResourceSet, TaskId
 from .results import ASSIGNOR, SCHEDULED_REBALANCE, Result
 from .selection import GroupProfiles, NoSelection, Selection, select_with
 from .validation import validate_install, validate_prepare

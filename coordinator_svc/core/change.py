@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from connect_protocol.configs import SESSION_TIMEOUT_MS, config_int
+from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources
+
 from .model import (
-    SESSION_TIMEOUT_MS,
     Connector,
     GroupConfigDefaults,
     GroupMeta,
@@ -34,7 +36,6 @@ from .records import (
     Record,
     TargetRecord,
 )
-from .resources import ResourceSet, TaskId, catalogue_resources
 from .results import SCHEDULED_REBALANCE, CancelTimer, ScheduleTimer, TimerKey, TimerOp
 from .selection import GroupProfiles, NoSelection, select_with
 from .selection_index import Profile, SelectionIndex, profile_of
@@ -176,8 +177,7 @@ class GroupChange:
         return {} if self.state is None else dict(self.state.configs)
 
     def config_int(self, key: str) -> int:
-        raw = self.configs().get(key)
-        return int(raw) if raw is not None else int(self.defaults.as_map()[key])
+        return config_int(self.configs(), key, int(self.defaults.as_map()[key]))
 
     def fencing_session_ms(self) -> int:
         """See `GroupState.fencing_session_ms`: what session expiry and holds must wait for."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .change import GroupChange
-from .errors import (
+from connect_protocol.configs import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from connect_protocol.errors import (
     CoordinatorError,
     ErrorCode,
     FencedInstanceId,
@@ -15,7 +15,7 @@ from .errors import (
     UnreleasedInstanceId,
     UnsupportedAssignor,
 )
-from .messages import (
+from connect_protocol.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -23,17 +23,12 @@ from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
-from .model import (
-    HEARTBEAT_INTERVAL_MS,
-    SESSION_TIMEOUT_MS,
-    GroupConfigDefaults,
-    GroupState,
-    Member,
-    MemberState,
-)
+from connect_protocol.resources import EMPTY, ResourceSet
+
+from .change import GroupChange
+from .model import GroupConfigDefaults, GroupState, Member, MemberState
 from .reconciliation import free_in, reconcile
 from .records import EventType
-from .resources import EMPTY, ResourceSet
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result
 from .selection import NoSelection, select_with
 from .validation import validate_heartbeat

@@ -13,36 +13,40 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from .errors import IllegalStateError
-from .resources import EMPTY, ResourceSet, TaskId, catalogue_resources, connector_resources
-from .selection_index import Profile, SelectionIndex, profile_of
-from .wire_size import connector_bytes
-
-SESSION_TIMEOUT_MS = "session.timeout.ms"
-HEARTBEAT_INTERVAL_MS = "heartbeat.interval.ms"
-REBALANCE_TIMEOUT_MS = "rebalance.timeout.ms"
-SCHEDULED_REBALANCE_MAX_DELAY_MS = "scheduled.rebalance.max.delay.ms"
-
-#: The largest gRPC message a server or client sends or accepts, by default: five times a Prepare
-#: answer of 10,000 members x 100,000 tasks with 40-character connector names (about 11 MB).
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-CONFIG_KEYS = (
-    SESSION_TIMEOUT_MS,
+from connect_protocol.configs import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
     HEARTBEAT_INTERVAL_MS,
     REBALANCE_TIMEOUT_MS,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
+    SESSION_TIMEOUT_MS,
+    config_int,
 )
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol.messages import Assignor
+from connect_protocol.resources import (
+    EMPTY,
+    ResourceSet,
+    TaskId,
+    catalogue_resources,
+    connector_resources,
+)
+
+from .errors import IllegalStateError
+from .selection_index import Profile, SelectionIndex, profile_of
+from .wire_size import connector_bytes
 
 
 @dataclass(frozen=True, slots=True)
 class GroupConfigDefaults:
     """Server-wide defaults for the group configurations (Kafka Connect's defaults)."""
 
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 3_000
-    rebalance_timeout_ms: int = 60_000
-    scheduled_rebalance_max_delay_ms: int = 300_000
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
+    scheduled_rebalance_max_delay_ms: int = DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS
     assignment_error_backoff_ms: int = 1_000
     max_group_size: int = 10_000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -70,24 +74,6 @@ class GroupStatus(StrEnum):
     ASSIGNING = "ASSIGNING"
     RECONCILING = "RECONCILING"
     STABLE = "STABLE"
-
-
-@dataclass(frozen=True, slots=True)
-class Assignor:
-    """A client-side assignor a member supports, with its metadata."""
-
-    name: str
-    minimum_version: int
-    maximum_version: int
-    reason: int = 0
-    version: int = 0
-    metadata: bytes = b""
-
-    def covers(self, other: Assignor) -> bool:
-        return (
-            self.minimum_version <= other.minimum_version
-            and self.maximum_version >= other.maximum_version
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,10 +295,7 @@ class GroupState:
         return GroupStatus.STABLE
 
     def config_int(self, key: str, defaults: GroupConfigDefaults) -> int:
-        raw = self.configs.get(key)
-        if raw is not None:
-            return int(raw)
-        return int(defaults.as_map()[key])
+        return config_int(self.configs, key, int(defaults.as_map()[key]))
 
     def fencing_session_ms(self, now_ms: int, defaults: GroupConfigDefaults) -> int:
         """The session timeout the coordinator's own timers use (expiry, holds): the configured

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from connect_protocol.resources import ResourceSet, TaskId
+
 from .model import Member, MemberState
-from .resources import ResourceSet, TaskId
 
 IsFree = Callable[[ResourceSet], ResourceSet]
 """Given resources, returns the subset that no other member (or hold) holds."""

@@ -8,8 +8,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .errors import InvalidRequest
-from .messages import (
+from connect_protocol.configs import (
+    CONFIG_KEYS,
+    HEARTBEAT_INTERVAL_MS,
+    MAX_CONFIG_VALUE,
+    SESSION_TIMEOUT_MS,
+    minimum_value,
+)
+from connect_protocol.errors import InvalidRequest
+from connect_protocol.messages import (
     JOIN_EPOCH,
     STATIC_LEAVE_EPOCH,
     AlterConfigsRequest,
@@ -19,13 +26,7 @@ from .messages import (
     PrepareRequest,
     PutConnectorRequest,
 )
-from .model import (
-    CONFIG_KEYS,
-    HEARTBEAT_INTERVAL_MS,
-    SCHEDULED_REBALANCE_MAX_DELAY_MS,
-    SESSION_TIMEOUT_MS,
-)
-from .resources import ResourceSet
+from connect_protocol.resources import ResourceSet
 
 MAX_NAME_LENGTH = 249
 MAX_TASKS_PER_CONNECTOR = 100_000
@@ -162,9 +163,9 @@ def validate_alter_configs(req: AlterConfigsRequest) -> None:
             raise InvalidRequest(
                 f"{key} must be an integer number of milliseconds, got {raw!r}."
             ) from err
-        minimum = 0 if key == SCHEDULED_REBALANCE_MAX_DELAY_MS else 1
+        minimum = minimum_value(key)
         _require(value >= minimum, f"{key} must be >= {minimum}, got {value}.")
-        _require(value <= 2**31 - 1, f"{key} must fit an int32, got {value}.")
+        _require(value <= MAX_CONFIG_VALUE, f"{key} must fit an int32, got {value}.")
     effective_session = req.set.get(SESSION_TIMEOUT_MS)
     effective_interval = req.set.get(HEARTBEAT_INTERVAL_MS)
     if effective_session is not None and effective_interval is not None:

@@ -1,16 +1,15 @@
-"""Proto <-> core conversion: the one place that knows both the wire types and the core's."""
+"""Proto <-> core conversion on the server for what only the coordinator reads or sends (Prepare,
+Install, the admin calls, describe); what both sides exchange is in `connect_protocol.wire`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
+from connect.group.v1 import admin_pb2, coordinator_pb2
 
-from ..core.messages import (
+from connect_protocol.messages import (
     AlterConfigsRequest,
     DeleteConnectorRequest,
-    HeartbeatRequest,
-    HeartbeatResponse,
     InstallRequest,
     InstallResponse,
     MemberTarget,
@@ -18,89 +17,9 @@ from ..core.messages import (
     PrepareResponse,
     PutConnectorRequest,
 )
-from ..core.model import Assignor, GroupConfigDefaults, GroupState
-from ..core.resources import ResourceSet, TaskId
+from connect_protocol.wire import assignor_to, resources_from, resources_to, wire_code
 
-
-def resources_from(msg: Any) -> ResourceSet:
-    return ResourceSet(
-        frozenset(msg.connectors), frozenset(TaskId(t.connector, t.task) for t in msg.tasks)
-    )
-
-
-def resources_to(resources: ResourceSet, msg: Any | None = None) -> Any:
-    out = msg if msg is not None else common_pb2.ConnectorsAndTasks()
-    out.connectors.extend(resources.sorted_connectors())
-    out.tasks.extend(
-        common_pb2.ConnectorTaskId(connector=t.connector, task=t.task)
-        for t in resources.sorted_tasks()
-    )
-    return out
-
-
-def assignor_from(msg: Any) -> Assignor:
-    return Assignor(
-        name=msg.name,
-        minimum_version=msg.minimum_version,
-        maximum_version=msg.maximum_version,
-        reason=msg.reason,
-        version=msg.version,
-        metadata=bytes(msg.metadata),
-    )
-
-
-def assignor_to(a: Assignor) -> Any:
-    return common_pb2.Assignor(
-        name=a.name,
-        minimum_version=a.minimum_version,
-        maximum_version=a.maximum_version,
-        reason=a.reason,
-        version=a.version,
-        metadata=a.metadata,
-    )
-
-
-def heartbeat_request(msg: Any) -> HeartbeatRequest:
-    return HeartbeatRequest(
-        group_id=msg.group_id,
-        member_id=msg.member_id,
-        member_epoch=msg.member_epoch,
-        instance_id=msg.instance_id if msg.HasField("instance_id") else None,
-        rebalance_timeout_ms=(
-            msg.rebalance_timeout_ms if msg.HasField("rebalance_timeout_ms") else None
-        ),
-        server_assignor=msg.server_assignor if msg.HasField("server_assignor") else None,
-        client_assignors=(
-            tuple(assignor_from(a) for a in msg.client_assignors.assignors)
-            if msg.HasField("client_assignors")
-            else None
-        ),
-        owned=(
-            resources_from(msg.connectors_and_tasks)
-            if msg.HasField("connectors_and_tasks")
-            else None
-        ),
-        url=msg.url if msg.HasField("url") else None,
-    )
-
-
-def heartbeat_response(resp: HeartbeatResponse) -> Any:
-    out = coordinator_pb2.ConnectGroupHeartbeatResponse(
-        error_code=int(resp.error_code),
-        error_message=resp.error_message,
-        member_epoch=resp.member_epoch,
-        heartbeat_interval_ms=resp.heartbeat_interval_ms,
-        session_timeout_ms=resp.session_timeout_ms,
-    )
-    if resp.assignment is not None:
-        a = resp.assignment
-        out.assignment.error = a.error
-        out.assignment.version = a.version
-        out.assignment.metadata = a.metadata
-        resources_to(a.resources, out.assignment.connectors_and_tasks)
-        out.assignment.SetInParent()
-        out.assignment.connectors_and_tasks.SetInParent()
-    return out
+from ..core.model import GroupConfigDefaults, GroupState
 
 
 def prepare_request(msg: Any) -> PrepareRequest:
@@ -109,7 +28,7 @@ def prepare_request(msg: Any) -> PrepareRequest:
 
 def prepare_response(resp: PrepareResponse) -> Any:
     out = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
-        error_code=int(resp.error_code),
+        error_code=wire_code(resp.error_code),
         error_message=resp.error_message,
         group_epoch=resp.group_epoch,
         assignor_name=resp.assignor_name,
@@ -162,7 +81,7 @@ def install_request(msg: Any) -> InstallRequest:
 
 def install_response(resp: InstallResponse) -> Any:
     return coordinator_pb2.ConnectGroupInstallAssignmentResponse(
-        error_code=int(resp.error_code), error_message=resp.error_message
+        error_code=wire_code(resp.error_code), error_message=resp.error_message
     )
 
 

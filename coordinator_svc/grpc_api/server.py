@@ -14,7 +14,8 @@ from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordin
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ..core.model import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
+
 from ..runtime.groups import GroupManager
 from .aio import AsyncAdminServicer, AsyncCoordinatorServicer
 from .servicers import AdminServicer, CoordinatorServicer
@@ -25,25 +26,6 @@ COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name[
     "ConnectGroupCoordinator"
 ].full_name
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_name
-
-#: gRPC keeps message lengths in a signed 32-bit int.
-MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
-
-
-def channel_options(
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-) -> list[tuple[str, int]]:
-    """gRPC options that set both the send and the receive limit to `max_message_bytes`, for a
-    server or a channel (gRPC's own defaults are 4 MiB received, unlimited sent)."""
-    if not 0 < max_message_bytes <= MAX_GRPC_MESSAGE_BYTES:
-        raise ValueError(
-            f"max_message_bytes must be between 1 and {MAX_GRPC_MESSAGE_BYTES}, "
-            f"not {max_message_bytes}"
-        )
-    return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-    ]
 
 
 class CoordinatorServer:

@@ -15,6 +15,10 @@ from typing import Any, TypeVar
 import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
+from connect_protocol import wire as protocol_wire
+from connect_protocol.errors import CoordinatorError, ErrorCode, InvalidRequest
+from connect_protocol.messages import HeartbeatResponse
+
 from ..core.admin import alter_configs, delete_connector, put_connector
 from ..core.assignment import (
     current_selection,
@@ -23,9 +27,7 @@ from ..core.assignment import (
     plan_install,
     start_prepare,
 )
-from ..core.errors import CoordinatorError, ErrorCode, InvalidRequest
 from ..core.heartbeat import heartbeat
-from ..core.messages import HeartbeatResponse
 from ..core.model import GroupState
 from ..core.results import Result
 from ..core.selection import NoSelection
@@ -114,12 +116,14 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             "ConnectGroupHeartbeat",
             context,
             request,
-            convert.heartbeat_request,
+            protocol_wire.heartbeat_request_from_wire,
             validate_heartbeat,
             heartbeat,
-            convert.heartbeat_response,
+            protocol_wire.heartbeat_response_to_wire,
             lambda code, msg: coordinator_pb2.ConnectGroupHeartbeatResponse(
-                error_code=int(code), error_message=msg, member_epoch=request.member_epoch
+                error_code=protocol_wire.wire_code(code),
+                error_message=msg,
+                member_epoch=request.member_epoch,
             ),
         )
         self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
@@ -133,7 +137,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         place)."""
         started = time.perf_counter()
         try:
-            req = convert.heartbeat_request(request)
+            req = protocol_wire.heartbeat_request_from_wire(request)
             validate_heartbeat(req)
 
             def handle(state: GroupState | None, now: int) -> Result[HeartbeatResponse]:
@@ -149,7 +153,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             self.manager.metrics.errors.labels(
                 "ConnectGroupHeartbeat", ErrorCode(resp.error_code).name
             ).inc()
-        out = convert.heartbeat_response(resp)
+        out = protocol_wire.heartbeat_response_to_wire(resp)
         self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
         return out
 
@@ -163,7 +167,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             start_prepare,
             lambda view: convert.prepare_response(finish_prepare(view)),
             lambda code, msg: coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
-                error_code=int(code), error_message=msg
+                error_code=protocol_wire.wire_code(code), error_message=msg
             ),
         )
 
@@ -177,7 +181,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             install_assignment,
             convert.install_response,
             lambda code, msg: coordinator_pb2.ConnectGroupInstallAssignmentResponse(
-                error_code=int(code), error_message=msg
+                error_code=protocol_wire.wire_code(code), error_message=msg
             ),
             plan=plan_install,
         )
@@ -193,14 +197,14 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             validate_put_connector,
             put_connector,
             lambda resp: admin_pb2.PutConnectorResponse(
-                error_code=int(resp.error_code),
+                error_code=protocol_wire.wire_code(resp.error_code),
                 error_message=resp.error_message,
                 group_epoch=resp.group_epoch,
                 created=resp.created,
                 rebalance_triggered=resp.rebalance_triggered,
             ),
             lambda code, msg: admin_pb2.PutConnectorResponse(
-                error_code=int(code), error_message=msg
+                error_code=protocol_wire.wire_code(code), error_message=msg
             ),
         )
 
@@ -213,19 +217,20 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             validate_delete_connector,
             delete_connector,
             lambda resp: admin_pb2.DeleteConnectorResponse(
-                error_code=int(resp.error_code),
+                error_code=protocol_wire.wire_code(resp.error_code),
                 error_message=resp.error_message,
                 group_epoch=resp.group_epoch,
             ),
             lambda code, msg: admin_pb2.DeleteConnectorResponse(
-                error_code=int(code), error_message=msg
+                error_code=protocol_wire.wire_code(code), error_message=msg
             ),
         )
 
     def AlterGroupConfigs(self, request: Any, context: grpc.ServicerContext) -> Any:
         def encode(resp: Any) -> Any:
             out = admin_pb2.AlterGroupConfigsResponse(
-                error_code=int(resp.error_code), error_message=resp.error_message
+                error_code=protocol_wire.wire_code(resp.error_code),
+                error_message=resp.error_message,
             )
             out.effective_configs.update(resp.effective_configs)
             return out
@@ -239,7 +244,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             alter_configs,
             encode,
             lambda code, msg: admin_pb2.AlterGroupConfigsResponse(
-                error_code=int(code), error_message=msg
+                error_code=protocol_wire.wire_code(code), error_message=msg
             ),
         )
 
@@ -262,7 +267,9 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
         return self._run(
             "ListGroups",
             call,
-            lambda code, msg: admin_pb2.ListGroupsResponse(error_code=int(code), error_message=msg),
+            lambda code, msg: admin_pb2.ListGroupsResponse(
+                error_code=protocol_wire.wire_code(code), error_message=msg
+            ),
         )
 
     def DescribeGroups(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -280,7 +287,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                     [],
                     admin_pb2.DescribedGroup(
                         group_id=group_id,
-                        error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                        error_code=protocol_wire.wire_code(ErrorCode.GROUP_ID_NOT_FOUND),
                         error_message=f"group {group_id!r} does not exist.",
                     ),
                 )
@@ -304,7 +311,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
 
         def failed(code: ErrorCode, msg: str) -> Any:
             return admin_pb2.DescribedGroup(
-                group_id=group_id, error_code=int(code), error_message=msg
+                group_id=group_id, error_code=protocol_wire.wire_code(code), error_message=msg
             )
 
         return self._run("DescribeGroups", call, failed)
@@ -327,6 +334,6 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             "FindCoordinator",
             call,
             lambda code, msg: admin_pb2.FindCoordinatorResponse(
-                error_code=int(code), error_message=msg
+                error_code=protocol_wire.wire_code(code), error_message=msg
             ),
         )

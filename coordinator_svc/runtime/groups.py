@@ -18,18 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from connect_protocol.errors import CoordinatorError, CoordinatorNotAvailable, NotCoordinator
+from connect_protocol.logs import fields
+
 from ..core import replay
-from ..core.errors import (
-    CoordinatorError,
-    CoordinatorNotAvailable,
-    IllegalStateError,
-    NotCoordinator,
-)
+from ..core.errors import IllegalStateError
 from ..core.model import GroupConfigDefaults, GroupState, GroupStatus
 from ..core.records import EventRecord, EventType, Record
 from ..core.results import CancelTimer, Result, ScheduleTimer, TimerKey, TimerOp
 from ..core.timers import on_timer, timers_after_load
-from ..logs import fields
 from ..metrics import Metrics
 from ..store import GroupSummary, Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable
 from .timer_service import TimerService

@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
+from connect_protocol.messages import Assignor
+from connect_protocol.resources import ResourceSet, TaskId
 from coordinator_svc.core.model import (
-    Assignor,
     Connector,
     GroupMeta,
     Hold,
@@ -34,7 +35,6 @@ from coordinator_svc.core.records import (
     Record,
     TargetRecord,
 )
-from coordinator_svc.core.resources import ResourceSet, TaskId
 
 from .schema import GROUP_TYPE_CONNECT
 

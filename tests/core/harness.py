@@ -13,14 +13,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from coordinator_svc.core import replay
-from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
-from coordinator_svc.core.assignment import install_assignment, plan_install, prepare_assignment
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.heartbeat import heartbeat
-from coordinator_svc.core.messages import (
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    Assignor,
     DeleteConnectorRequest,
     DeleteConnectorResponse,
     HeartbeatRequest,
@@ -33,15 +30,13 @@ from coordinator_svc.core.messages import (
     PutConnectorRequest,
     PutConnectorResponse,
 )
-from coordinator_svc.core.model import (
-    Assignor,
-    GroupConfigDefaults,
-    GroupState,
-    GroupStatus,
-    Member,
-)
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
+from coordinator_svc.core import replay
+from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
+from coordinator_svc.core.assignment import install_assignment, plan_install, prepare_assignment
+from coordinator_svc.core.heartbeat import heartbeat
+from coordinator_svc.core.model import GroupConfigDefaults, GroupState, GroupStatus, Member
 from coordinator_svc.core.records import EventRecord, EventType, Record
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core.results import CancelTimer, Result, ScheduleTimer, TimerKey
 from coordinator_svc.core.timers import on_timer
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import PutConnectorResponse
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import PutConnectorResponse
 from coordinator_svc.core.model import GroupStatus
 from coordinator_svc.core.records import (
     ConfigRecord,

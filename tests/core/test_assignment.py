@@ -7,18 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator_svc.core.assignment import install_assignment, prepare_assignment
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import (
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import (
     ConnectorInfo,
     InstallRequest,
     MemberTarget,
     PreparedMemberInfo,
     PrepareRequest,
 )
+from connect_protocol.resources import EMPTY
+from coordinator_svc.core.assignment import install_assignment, prepare_assignment
 from coordinator_svc.core.model import GroupStatus, MemberState
 from coordinator_svc.core.records import EventType
-from coordinator_svc.core.resources import EMPTY
 from coordinator_svc.core.results import ASSIGNOR, SCHEDULED_REBALANCE
 from tests.core.harness import (
     ALL,

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator_svc.core.errors import ErrorCode
+from connect_protocol.errors import ErrorCode
+from connect_protocol.resources import EMPTY, ResourceSet
 from coordinator_svc.core.model import GroupStatus
-from coordinator_svc.core.resources import EMPTY, ResourceSet
 from coordinator_svc.core.results import SCHEDULED_REBALANCE
 from tests.core.harness import SESSION_MS, GroupHarness, rs
 

@@ -30,10 +30,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import HeartbeatResponse, PrepareResponse
-from coordinator_svc.core.model import Assignor, GroupConfigDefaults, GroupStatus, MemberState
-from coordinator_svc.core.resources import ResourceSet
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import Assignor, HeartbeatResponse, PrepareResponse
+from connect_protocol.resources import ResourceSet
+from coordinator_svc.core.model import GroupConfigDefaults, GroupStatus, MemberState
 from tests.core.harness import COMPATIBLE, EAGER, SESSIONED, GroupHarness, rs
 
 SESSION = 1_000

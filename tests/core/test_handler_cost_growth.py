@@ -19,15 +19,10 @@ from typing import Any
 
 import pytest
 
+from connect_protocol.messages import HeartbeatRequest, InstallRequest, MemberTarget, PrepareRequest
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core.assignment import install_assignment, prepare_assignment
 from coordinator_svc.core.heartbeat import heartbeat
-from coordinator_svc.core.messages import (
-    HeartbeatRequest,
-    InstallRequest,
-    MemberTarget,
-    PrepareRequest,
-)
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
 from tests.core.harness import DEFAULTS, SESSIONED, GroupHarness
 from worker_agent.assignor import GroupView, MemberView
 from worker_agent.assignors import EagerAssignor, IncrementalCooperativeAssignor

@@ -6,17 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import AssignmentMessage, HeartbeatRequest
-from coordinator_svc.core.model import (
-    Assignor,
-    GroupConfigDefaults,
-    GroupStatus,
-    Member,
-    MemberState,
-)
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import AssignmentMessage, Assignor, HeartbeatRequest
+from connect_protocol.resources import EMPTY
+from coordinator_svc.core.model import GroupConfigDefaults, GroupStatus, Member, MemberState
 from coordinator_svc.core.records import EventType, MemberRecord
-from coordinator_svc.core.resources import EMPTY
 from coordinator_svc.core.results import ASSIGNOR, HOLD, SESSION
 from tests.core.harness import (
     ALL,

@@ -4,6 +4,9 @@ the group moved past is not used."""
 
 from __future__ import annotations
 
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import InstallRequest, MemberTarget, PrepareRequest
+from connect_protocol.resources import ResourceSet
 from coordinator_svc.core.assignment import (
     finish_prepare,
     install_assignment,
@@ -11,9 +14,6 @@ from coordinator_svc.core.assignment import (
     prepare_assignment,
     start_prepare,
 )
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import InstallRequest, MemberTarget, PrepareRequest
-from coordinator_svc.core.resources import ResourceSet
 from tests.core.harness import DEFAULTS, GroupHarness, rs
 
 

@@ -3,6 +3,7 @@ Kafka's CurrentAssignmentBuilderTest."""
 
 from __future__ import annotations
 
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core.model import Member, MemberState
 from coordinator_svc.core.reconciliation import (
     IsFree,
@@ -10,7 +11,6 @@ from coordinator_svc.core.reconciliation import (
     free_in,
     reconcile,
 )
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
 from tests.core.harness import rs
 
 

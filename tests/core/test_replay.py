@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from connect_protocol.resources import EMPTY
 from coordinator_svc.core import replay
 from coordinator_svc.core.errors import IllegalStateError
 from coordinator_svc.core.model import GroupMeta, Member, MemberState, TargetAssignment
@@ -19,7 +20,6 @@ from coordinator_svc.core.records import (
     MemberRemovedRecord,
     TargetRecord,
 )
-from coordinator_svc.core.resources import EMPTY
 from tests.core.harness import GROUP, GroupHarness, rs, stable_group
 
 

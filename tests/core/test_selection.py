@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator_svc.core.model import Assignor, Member
+from connect_protocol.messages import Assignor
+from coordinator_svc.core.model import Member
 from coordinator_svc.core.selection import NoSelection, Selection, select
 from tests.core.harness import COMPATIBLE, EAGER, SESSIONED
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connect_protocol.messages import Assignor
 from coordinator_svc.core.change import GroupChange
 from coordinator_svc.core.model import (
-    Assignor,
     GroupConfigDefaults,
     GroupMeta,
     GroupState,

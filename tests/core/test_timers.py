@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator_svc.core.errors import ErrorCode
+from connect_protocol.errors import ErrorCode
+from connect_protocol.resources import EMPTY
 from coordinator_svc.core.model import GroupStatus, MemberState
 from coordinator_svc.core.records import EventType
-from coordinator_svc.core.resources import EMPTY
 from coordinator_svc.core.results import (
     ASSIGNOR,
     HOLD,

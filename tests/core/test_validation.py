@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 
-from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
-from coordinator_svc.core.assignment import install_assignment, prepare_assignment
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.heartbeat import heartbeat
-from coordinator_svc.core.messages import (
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import (
     AlterConfigsRequest,
+    Assignor,
     DeleteConnectorRequest,
     HeartbeatRequest,
     InstallRequest,
@@ -22,8 +20,10 @@ from coordinator_svc.core.messages import (
     PrepareRequest,
     PutConnectorRequest,
 )
-from coordinator_svc.core.model import Assignor
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
+from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
+from coordinator_svc.core.assignment import install_assignment, prepare_assignment
+from coordinator_svc.core.heartbeat import heartbeat
 from coordinator_svc.core.results import Result
 from tests.core.harness import DEFAULTS, GROUP, SESSIONED, GroupHarness, rs
 

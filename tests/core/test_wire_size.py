@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.resources import ResourceSet, TaskId
+from connect_protocol.errors import ErrorCode
+from connect_protocol.resources import ResourceSet, TaskId
 from coordinator_svc.core.wire_size import prepare_bytes
 from coordinator_svc.grpc_api import convert
 from tests.core.harness import DEFAULTS, GroupHarness

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_svc.core.resources import ResourceSet
+from connect_protocol.resources import ResourceSet
 from tests.deploy.local import json_events, wait_for
 from worker_agent.sample_worker import (
     Assignment,

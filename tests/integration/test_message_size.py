@@ -16,7 +16,7 @@ import grpc
 import pytest
 from connect.group.v1 import admin_pb2
 
-from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
 from tests.support.coordinator import REPO, CoordinatorProcess, Stubs, free_port
 
 ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}", "COLUMNS": "200"}

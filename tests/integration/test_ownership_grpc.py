@@ -23,8 +23,8 @@ import pytest
 from connect.group.v1 import admin_pb2
 from sqlalchemy.engine import make_url
 
+from connect_protocol.messages import PutConnectorRequest
 from coordinator_svc.core.admin import put_connector as core_put_connector
-from coordinator_svc.core.messages import PutConnectorRequest
 from coordinator_svc.core.model import GroupConfigDefaults
 from coordinator_svc.store import Lease, LeaseLost, SqlStore
 from tests.support.client import (

@@ -19,8 +19,9 @@ import grpc
 from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator_svc.core.model import DEFAULT_MAX_MESSAGE_BYTES, GroupConfigDefaults
-from coordinator_svc.grpc_api.server import CoordinatorServer, channel_options
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
+from coordinator_svc.core.model import GroupConfigDefaults
+from coordinator_svc.grpc_api.server import CoordinatorServer
 from coordinator_svc.runtime.groups import GroupManager
 from coordinator_svc.store import SqlStore
 

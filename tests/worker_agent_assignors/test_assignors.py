@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator_svc.core.resources import EMPTY
+from connect_protocol.resources import EMPTY
 from tests.core.harness import EAGER, GroupHarness
 from tests.worker_agent_assignors.test_assignors_support import (
     Coordinated,

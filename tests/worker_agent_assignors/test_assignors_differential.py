@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from tests.worker_agent_assignors import frozen_v1
 from tests.worker_agent_assignors.frozen_v1 import balance as old_balance
 from tests.worker_agent_assignors.frozen_v1 import state as old_state

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator_svc.core.resources import EMPTY
+from connect_protocol.resources import EMPTY
 from coordinator_svc.core.results import SCHEDULED_REBALANCE
 from tests.core.harness import MAX_DELAY_MS, GroupHarness
 from tests.worker_agent_assignors.test_assignors_support import (

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from tests.worker_agent_assignors.test_assignors_support import (
     Sim,
     assert_installable,

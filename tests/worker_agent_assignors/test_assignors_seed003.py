@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from coordinator_svc.core.resources import ResourceSet
+from connect_protocol.resources import ResourceSet
 from tests.worker_agent_assignors.test_assignors_support import Sim
 from worker_agent.assignors import IncrementalCooperativeAssignor
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from connect_protocol.errors import ErrorCode, InvalidAssignment, InvalidRequest
+from connect_protocol.messages import InstallRequest, MemberTarget, PrepareResponse
+from connect_protocol.resources import EMPTY, ResourceSet
 from coordinator_svc.core.assignment import _validate_against
-from coordinator_svc.core.errors import ErrorCode, InvalidAssignment, InvalidRequest
-from coordinator_svc.core.messages import InstallRequest, MemberTarget, PrepareResponse
 from coordinator_svc.core.model import PreparedSnapshot
-from coordinator_svc.core.resources import EMPTY, ResourceSet
 from coordinator_svc.core.validation import validate_install
 from tests.core.harness import GroupHarness, rs
 from worker_agent.assignor import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_svc.core.resources import ResourceSet
+from connect_protocol.resources import ResourceSet
 from worker_agent.hooks import ExecHookListener
 from worker_agent.listener import ListenerFailed, RebalanceEvent
 

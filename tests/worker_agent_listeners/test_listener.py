@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from coordinator_svc.core.resources import ResourceSet, TaskId
+from connect_protocol.resources import ResourceSet, TaskId
 from worker_agent.listener import (
     CallbackListener,
     CompositeListener,

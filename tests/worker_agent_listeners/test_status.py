@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator_svc.core.resources import ResourceSet
+from connect_protocol.resources import ResourceSet
 from worker_agent.status import StatusServer
 
 ASSIGNMENT = ResourceSet.of(["b", "a"], [("b", 0), ("a", 1), ("a", 0)])

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from coordinator_svc.core.resources import ResourceSet
+from connect_protocol.resources import ResourceSet
 from worker_agent.hooks import WebhookListener
 from worker_agent.listener import ListenerFailed, RebalanceEvent
 

@@ -20,17 +20,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from coordinator_svc.core.errors import ErrorCode
-from coordinator_svc.core.messages import (
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
     AssignmentMessage,
+    Assignor,
     HeartbeatRequest,
     HeartbeatResponse,
 )
-from coordinator_svc.core.model import Assignor
-from coordinator_svc.core.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from worker_agent.membership import (
     MAX_RETRY_BACKOFF_MS,
     Action,

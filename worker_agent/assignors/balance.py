@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from coordinator_svc.core.resources import TaskId
+from connect_protocol.resources import TaskId
 
 __all__ = ["TASK_ORDER", "balance", "balance_sorted", "quotas"]
 

@@ -6,7 +6,7 @@ sequence.
 
 from __future__ import annotations
 
-from coordinator_svc.core.resources import ResourceSet, TaskId
+from connect_protocol.resources import ResourceSet, TaskId
 
 from ..assignor import AssignmentResult, ConnectAssignor, GroupView
 

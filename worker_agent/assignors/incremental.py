@@ -25,7 +25,8 @@ from itertools import repeat
 from operator import attrgetter
 from typing import TypeVar
 
-from coordinator_svc.core.resources import ResourceSet, TaskId
+from connect_protocol.configs import DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS
+from connect_protocol.resources import ResourceSet, TaskId
 
 from ..assignor import (
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
@@ -40,7 +41,7 @@ from .state import AssignorState, HeldShare, decode_state, encode_state
 __all__ = ["DEFAULT_MAX_DELAY_MS", "IncrementalCooperativeAssignor"]
 
 #: `scheduled.rebalance.max.delay.ms` when the group configurations do not say (KIP-415).
-DEFAULT_MAX_DELAY_MS = 300_000
+DEFAULT_MAX_DELAY_MS = DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS
 
 
 class IncrementalCooperativeAssignor(ConnectAssignor):

@@ -25,7 +25,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from coordinator_svc.core.resources import ResourceSet
+from connect_protocol.resources import ResourceSet
 
 __all__ = ["STATE_VERSION", "AssignorState", "HeldShare", "decode_state", "encode_state"]
 

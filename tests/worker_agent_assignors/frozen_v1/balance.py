@@ -10,7 +10,7 @@ import heapq
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from coordinator_svc.core.resources import TaskId
+from connect_protocol.resources import TaskId
 
 __all__ = ["balance", "quotas"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import cycle
 
-from coordinator_svc.core.resources import ResourceSet, TaskId
+from connect_protocol.resources import ResourceSet, TaskId
 from worker_agent.assignor import AssignmentResult, ConnectAssignor, GroupView
 
 __all__ = ["EagerAssignor"]

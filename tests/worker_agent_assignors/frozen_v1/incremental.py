@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from coordinator_svc.core.resources import EMPTY, ResourceSet
+from connect_protocol.resources import EMPTY, ResourceSet
 from worker_agent.assignor import (
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     AssignmentResult,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from coordinator_svc.core.resources import EMPTY, ResourceSet
+from connect_protocol.resources import EMPTY, ResourceSet
 
 __all__ = ["STATE_VERSION", "AssignorState", "HeldShare", "decode_state", "encode_state"]
 

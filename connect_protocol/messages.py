@@ -1,4 +1,5 @@
-"""Core-side requests and responses: plain values, no wire types (the gRPC adapter converts).
+"""The protocol's requests and responses as plain values (no wire types: `wire` converts), shared
+by the coordinator and the agent.
 
 `None` on an optional field means "absent: unchanged since the last heartbeat", as on the wire.
 """
@@ -9,12 +10,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .errors import ErrorCode
-from .model import Assignor
 from .resources import ResourceSet
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Assignor:
+    """A client-side assignor a member supports, with its metadata."""
+
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int = 0
+    version: int = 0
+    metadata: bytes = b""
+
+    def covers(self, other: Assignor) -> bool:
+        return (
+            self.minimum_version <= other.minimum_version
+            and self.maximum_version >= other.maximum_version
+        )
 
 
 @dataclass(frozen=True, slots=True)

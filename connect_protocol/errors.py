@@ -1,0 +1,94 @@
+"""Protocol error codes and the typed errors that carry them (both sides use them).
+
+Every error a handler can answer with is a `CoordinatorError` subclass; its `code` maps to the wire
+in one place (the gRPC adapter). Messages tell the client what to do.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    """Wire error codes: Kafka's numeric values where Kafka has the error (DESIGN 2.1)."""
+
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    GROUP_AUTHORIZATION_FAILED = 30
+    INVALID_REQUEST = 42
+    GROUP_ID_NOT_FOUND = 69
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    COMPUTE_ASSIGNMENT = 10001
+    INVALID_ASSIGNMENT = 10002
+
+
+class CoordinatorError(Exception):
+    """Base of every error a request can be answered with.
+
+    Attributes:
+        code: the wire error code.
+        message: what went wrong and what the client should do.
+    """
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(CoordinatorError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class UnknownMemberId(CoordinatorError):
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class FencedMemberEpoch(CoordinatorError):
+    code = ErrorCode.FENCED_MEMBER_EPOCH
+
+
+class GroupIdNotFound(CoordinatorError):
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class UnsupportedAssignor(CoordinatorError):
+    code = ErrorCode.UNSUPPORTED_ASSIGNOR
+
+
+class InvalidAssignment(CoordinatorError):
+    code = ErrorCode.INVALID_ASSIGNMENT
+
+
+class FencedInstanceId(CoordinatorError):
+    code = ErrorCode.FENCED_INSTANCE_ID
+
+
+class UnreleasedInstanceId(CoordinatorError):
+    code = ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+class NotCoordinator(CoordinatorError):
+    code = ErrorCode.NOT_COORDINATOR
+
+
+class CoordinatorNotAvailable(CoordinatorError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class CoordinatorLoadInProgress(CoordinatorError):
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class GroupMaxSizeReached(CoordinatorError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED

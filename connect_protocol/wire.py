@@ -1,0 +1,155 @@
+"""The wire: protobuf <-> protocol values for what both sides send and read (resource sets,
+assignors, heartbeats in both directions, error codes). The coordinator's `grpc_api.convert` and
+the agent's `wire` build on it for the messages only one side reads."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from connect.group.v1 import common_pb2, coordinator_pb2
+
+from .errors import ErrorCode
+from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatResponse
+from .resources import ResourceSet, TaskId
+
+
+def wire_code(code: int) -> common_pb2.ErrorCode:
+    """An error code as the wire's enum field takes it."""
+    return cast(common_pb2.ErrorCode, int(code))
+
+
+def resources_from(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
+    return ResourceSet(
+        frozenset(msg.connectors), frozenset(TaskId(t.connector, t.task) for t in msg.tasks)
+    )
+
+
+def resources_to(
+    resources: ResourceSet, msg: common_pb2.ConnectorsAndTasks | None = None
+) -> common_pb2.ConnectorsAndTasks:
+    out = msg if msg is not None else common_pb2.ConnectorsAndTasks()
+    out.connectors.extend(resources.sorted_connectors())
+    out.tasks.extend(
+        common_pb2.ConnectorTaskId(connector=t.connector, task=t.task)
+        for t in resources.sorted_tasks()
+    )
+    return out
+
+
+def assignor_from(msg: common_pb2.Assignor) -> Assignor:
+    return Assignor(
+        name=msg.name,
+        minimum_version=msg.minimum_version,
+        maximum_version=msg.maximum_version,
+        reason=msg.reason,
+        version=msg.version,
+        metadata=bytes(msg.metadata),
+    )
+
+
+def assignor_to(a: Assignor) -> common_pb2.Assignor:
+    return common_pb2.Assignor(
+        name=a.name,
+        minimum_version=a.minimum_version,
+        maximum_version=a.maximum_version,
+        reason=a.reason,
+        version=a.version,
+        metadata=a.metadata,
+    )
+
+
+def heartbeat_request_from_wire(
+    msg: coordinator_pb2.ConnectGroupHeartbeatRequest,
+) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        group_id=msg.group_id,
+        member_id=msg.member_id,
+        member_epoch=msg.member_epoch,
+        instance_id=msg.instance_id if msg.HasField("instance_id") else None,
+        rebalance_timeout_ms=(
+            msg.rebalance_timeout_ms if msg.HasField("rebalance_timeout_ms") else None
+        ),
+        server_assignor=msg.server_assignor if msg.HasField("server_assignor") else None,
+        client_assignors=(
+            tuple(assignor_from(a) for a in msg.client_assignors.assignors)
+            if msg.HasField("client_assignors")
+            else None
+        ),
+        owned=(
+            resources_from(msg.connectors_and_tasks)
+            if msg.HasField("connectors_and_tasks")
+            else None
+        ),
+        url=msg.url if msg.HasField("url") else None,
+    )
+
+
+def heartbeat_response_to_wire(
+    resp: HeartbeatResponse,
+) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+    out = coordinator_pb2.ConnectGroupHeartbeatResponse(
+        error_code=wire_code(resp.error_code),
+        error_message=resp.error_message,
+        member_epoch=resp.member_epoch,
+        heartbeat_interval_ms=resp.heartbeat_interval_ms,
+        session_timeout_ms=resp.session_timeout_ms,
+    )
+    if resp.assignment is not None:
+        a = resp.assignment
+        out.assignment.error = a.error
+        out.assignment.version = a.version
+        out.assignment.metadata = a.metadata
+        resources_to(a.resources, out.assignment.connectors_and_tasks)
+        out.assignment.SetInParent()
+        out.assignment.connectors_and_tasks.SetInParent()
+    return out
+
+
+def heartbeat_request_to_wire(
+    req: HeartbeatRequest,
+) -> coordinator_pb2.ConnectGroupHeartbeatRequest:
+    out = coordinator_pb2.ConnectGroupHeartbeatRequest(
+        group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch
+    )
+    if req.instance_id is not None:
+        out.instance_id = req.instance_id
+    if req.rebalance_timeout_ms is not None:
+        out.rebalance_timeout_ms = req.rebalance_timeout_ms
+    if req.server_assignor is not None:
+        out.server_assignor = req.server_assignor
+    if req.client_assignors is not None:
+        out.client_assignors.SetInParent()
+        out.client_assignors.assignors.extend(assignor_to(a) for a in req.client_assignors)
+    if req.owned is not None:
+        out.connectors_and_tasks.SetInParent()
+        resources_to(req.owned, out.connectors_and_tasks)
+    if req.url is not None:
+        out.url = req.url
+    return out
+
+
+def error_code(value: int) -> ErrorCode:
+    """A wire error code as the enum; codes this client does not know are UNKNOWN_SERVER_ERROR."""
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def heartbeat_response_from_wire(
+    msg: coordinator_pb2.ConnectGroupHeartbeatResponse,
+) -> HeartbeatResponse:
+    assignment = None
+    if msg.HasField("assignment"):
+        a = msg.assignment
+        assignment = AssignmentMessage(
+            resources_from(a.connectors_and_tasks), a.version, bytes(a.metadata), a.error
+        )
+    return HeartbeatResponse(
+        error_code=error_code(msg.error_code),
+        error_message=msg.error_message,
+        member_epoch=msg.member_epoch,
+        heartbeat_interval_ms=msg.heartbeat_interval_ms,
+        session_timeout_ms=msg.session_timeout_ms,
+        assignment=assignment,
+    )
