@@ -8,7 +8,8 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+
+from connect_protocol.env import env_default
 
 from .job import ExportOptions, ExportResult, run_export
 from .source import DEFAULT_JDBC_JARS, ReadTuning
@@ -32,11 +33,7 @@ help; the database password can be given in the URL or in AUDIT_EXPORT_DB_PASSWO
 """
 
 
-def _env(name: str, default: Any) -> Any:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return type(default)(value) if default is not None else value
+_env = env_default
 
 
 def build_parser(local: bool = True) -> argparse.ArgumentParser:

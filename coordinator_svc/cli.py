@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from connect_protocol import logs
+from connect_protocol.configs import MAX_CONFIG_VALUE
+from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
 
 from .core.model import GroupConfigDefaults
@@ -27,11 +29,7 @@ DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
 MAX_MESSAGE_BYTES_ENV = "COORDINATOR_MAX_MESSAGE_BYTES"
 
 
-def _env(name: str, default: Any) -> Any:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return type(default)(value) if default is not None else value
+_env = env_default
 
 
 def _add_max_message_bytes(p: argparse.ArgumentParser, what: str) -> None:
@@ -54,6 +52,28 @@ def _message_bytes_problem(args: argparse.Namespace) -> str | None:
             f"--max-message-bytes ({MAX_MESSAGE_BYTES_ENV}) must be between 1 and "
             f"{MAX_GRPC_MESSAGE_BYTES}, not {args.max_message_bytes}"
         )
+    return None
+
+
+def _defaults_problem(args: argparse.Namespace) -> str | None:
+    """Why the server's default group configurations cannot work together, or None: a member
+    must be able to heartbeat before its session expires (AlterGroupConfigs holds groups to the
+    same rule)."""
+    if args.heartbeat_interval_ms >= args.session_timeout_ms:
+        return (
+            f"--heartbeat-interval-ms ({args.heartbeat_interval_ms}, HEARTBEAT_INTERVAL_MS) must "
+            f"be smaller than --session-timeout-ms ({args.session_timeout_ms}, "
+            "SESSION_TIMEOUT_MS); lower the one or raise the other"
+        )
+    for flag in (
+        "session_timeout_ms",
+        "heartbeat_interval_ms",
+        "rebalance_timeout_ms",
+    ):
+        if not 0 < getattr(args, flag) <= MAX_CONFIG_VALUE:
+            return f"--{flag.replace('_', '-')} must be between 1 and {MAX_CONFIG_VALUE}"
+    if not 0 <= args.scheduled_rebalance_max_delay_ms <= MAX_CONFIG_VALUE:
+        return f"--scheduled-rebalance-max-delay-ms must be between 0 and {MAX_CONFIG_VALUE}"
     return None
 
 
@@ -483,6 +503,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = _message_bytes_problem(args)
         if problem is not None:
             print(f"coordinator-svc {args.command}: {problem}", file=sys.stderr)
+            return 2
+    if args.command == "serve":
+        problem = _defaults_problem(args)
+        if problem is not None:
+            print(f"coordinator-svc serve: {problem}", file=sys.stderr)
             return 2
     try:
         return COMMANDS[args.command](args)

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shlex
 import signal
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 from connect_protocol import logs
+from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
 
 from .assignors import PROTOCOLS, assignors_for_protocol
@@ -28,8 +28,11 @@ from .status import StatusServer
 log = logging.getLogger("worker_agent")
 
 
-def _env(name: str, default: Any) -> Any:
-    return os.environ.get(f"WORKER_AGENT_{name}", default)
+T = TypeVar("T")
+
+
+def _env(name: str, default: T) -> str | T:
+    return env_default(f"WORKER_AGENT_{name}", default)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--rebalance-timeout-ms",
         type=int,
-        default=int(_env("REBALANCE_TIMEOUT_MS", 60_000)),
+        default=_env("REBALANCE_TIMEOUT_MS", 60_000),
         help="how long the coordinator waits for this worker to give work up or to compute an "
         "assignment (WORKER_AGENT_REBALANCE_TIMEOUT_MS; default 60000)",
     )
@@ -93,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--hook-timeout-s",
         type=float,
-        default=float(_env("HOOK_TIMEOUT_S", 30.0)),
+        default=_env("HOOK_TIMEOUT_S", 30.0),
         help="kill the exec hook or give up on the webhook after this long, then retry "
         "(WORKER_AGENT_HOOK_TIMEOUT_S; default 30)",
     )
@@ -118,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--rpc-timeout-s",
         type=float,
-        default=float(_env("RPC_TIMEOUT_S", 5.0)),
+        default=_env("RPC_TIMEOUT_S", 5.0),
         help="deadline of every call to the coordinator (WORKER_AGENT_RPC_TIMEOUT_S)",
     )
     run.add_argument(

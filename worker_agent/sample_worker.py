@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -30,9 +29,10 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from connect_protocol import logs
+from connect_protocol.env import env_default
 
 __all__ = [
     "Assignment",
@@ -337,8 +337,11 @@ def run(settings: Settings, stop: threading.Event) -> int:
     return 0
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"SAMPLE_WORKER_{name}") or default
+T = TypeVar("T")
+
+
+def _env(name: str, default: T) -> str | T:
+    return env_default(f"SAMPLE_WORKER_{name}", default)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -363,13 +366,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--poll-interval-s",
         type=float,
-        default=float(_env("POLL_INTERVAL_S", "2.0")),
+        default=_env("POLL_INTERVAL_S", 2.0),
         help="seconds between polls (SAMPLE_WORKER_POLL_INTERVAL_S; default %(default)s)",
     )
     parser.add_argument(
         "--unreachable-stop-s",
         type=float,
-        default=float(_env("UNREACHABLE_STOP_S", "10.0")),
+        default=_env("UNREACHABLE_STOP_S", 10.0),
         help="stop everything when the agent has been unreachable this long "
         "(SAMPLE_WORKER_UNREACHABLE_STOP_S; default %(default)s)",
     )

@@ -196,3 +196,37 @@ def test_serve_no_migrate_refuses_a_database_that_was_never_migrated(tmp_path: P
     proc = cli("serve", "--no-migrate", "--database-url", f"sqlite:///{db}", "--port", "0")
     assert proc.returncode == 2, proc.stderr
     assert "not migrated at all" in proc.stderr and "coordinator-svc migrate" in proc.stderr
+
+
+def test_serve_refuses_a_default_heartbeat_interval_not_below_the_session_timeout(
+    tmp_path: Path,
+) -> None:
+    # The default heartbeat interval is 3000 ms: with a 3000 ms session every AlterGroupConfigs
+    # would be refused later; the server says so at once, naming both flags.
+    db = tmp_path / "never.db"
+    result = cli("serve", "--database-url", f"sqlite:///{db}", "--session-timeout-ms", "3000")
+    assert result.returncode == 2
+    assert "--heartbeat-interval-ms" in result.stderr
+    assert "--session-timeout-ms" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not db.exists()  # refused before it touched anything
+    ok = cli("serve", "--help", "--session-timeout-ms", "3000", "--heartbeat-interval-ms", "1000")
+    assert ok.returncode == 0
+
+
+def test_an_environment_variable_that_is_empty_leaves_the_default_and_a_bad_one_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "never.db"
+    env = {**ENV, "SESSION_TIMEOUT_MS": "soon", "HEARTBEAT_INTERVAL_MS": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator_svc.cli", "serve", "--database-url", f"sqlite:///{db}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--session-timeout-ms" in result.stderr and "'soon'" in result.stderr
+    assert "Traceback" not in result.stderr
