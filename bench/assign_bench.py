@@ -8,7 +8,7 @@ Run from the repo root:
     .venv/bin/python -m bench.assign_bench --skip-baseline-large  # no baseline at the largest size
 
 The baseline is the frozen copy of the assignors as they were before the linear-time rewrite
-(`tests.worker_agent_assignors.frozen_v1`); both run in the same process on the same inputs.
+(`tests.support.frozen_assignors_v1`); both run in the same process on the same inputs.
 Sizes are workers x tasks, with connectors of 100 tasks each and 40-character connector names.
 Scenarios (IncrementalCooperative):
 
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from connect_protocol.resources import ResourceSet, TaskId
-from tests.worker_agent_assignors import frozen_v1
+from tests.support import frozen_assignors_v1 as frozen_v1
 from worker_agent.assignor import (
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     AssignmentResult,

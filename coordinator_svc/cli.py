@@ -27,6 +27,10 @@ log = logging.getLogger("coordinator")
 DEFAULT_PORT = 9093
 DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
 MAX_MESSAGE_BYTES_ENV = "COORDINATOR_MAX_MESSAGE_BYTES"
+#: What the `coordinator` extra installs (the base distribution is the agent's).
+SERVER_LIBRARIES = frozenset(
+    {"sqlalchemy", "alembic", "psycopg", "prometheus_client", "grpc_health", "grpc_reflection"}
+)
 
 
 _env = env_default
@@ -513,6 +517,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] not in SERVER_LIBRARIES:
+            raise
+        print(
+            f"coordinator-svc {args.command}: the coordinator's libraries are not installed "
+            f"(no module {error.name!r}); install them with "
+            "pip install 'connect-group-coordinator[coordinator]'",
+            file=sys.stderr,
+        )
+        return 2
     except Exception as error:  # the CLI reports, it does not dump a traceback on bad input
         if os.environ.get("COORDINATOR_DEBUG"):
             raise

@@ -61,6 +61,9 @@ fi
 echo "PostgreSQL server: ${pg_ctls[-1]}"
 fi
 
+if [[ "${NEED_AUDIT_PACKAGES:-1}" != "1" ]]; then
+    APT_PACKAGES=()  # Java and the JDBC jars are only for the audit export (Spark)
+fi
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -96,14 +99,17 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     rm -f "$STAMP"
 fi
 
-want_hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+# Which extras to install: the test command wants everything (dev); ./scripts/run only the
+# coordinator's (the demo needs no Spark, no test tools).
+EXTRAS="${EXTRAS:-dev}"
+want_hash="$(cat pyproject.toml <(echo "extras=$EXTRAS") | sha256sum | cut -d' ' -f1)"
 have_hash="$(cat "$STAMP" 2>/dev/null || true)"
 if [[ "$want_hash" == "$have_hash" ]]; then
     echo "dependencies up to date (pyproject.toml sha256 ${want_hash:0:12}); skipping pip install"
 else
-    echo "installing the project and dev dependencies (pip install -e '.[dev]')"
+    echo "installing the project (pip install -e '.[$EXTRAS]')"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
+    "$VENV/bin/python" -m pip install --quiet -e ".[$EXTRAS]"
     printf '%s\n' "$want_hash" >"$STAMP"
 fi
 

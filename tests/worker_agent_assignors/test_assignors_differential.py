@@ -23,9 +23,9 @@ from dataclasses import replace
 import pytest
 
 from connect_protocol.resources import EMPTY, ResourceSet, TaskId
-from tests.worker_agent_assignors import frozen_v1
-from tests.worker_agent_assignors.frozen_v1 import balance as old_balance
-from tests.worker_agent_assignors.frozen_v1 import state as old_state
+from tests.support import frozen_assignors_v1 as frozen_v1
+from tests.support.frozen_assignors_v1 import balance as old_balance
+from tests.support.frozen_assignors_v1 import state as old_state
 from worker_agent.assignor import (
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     AssignmentResult,
