@@ -20,7 +20,7 @@ COPY worker_agent ./worker_agent
 COPY audit_export ./audit_export
 COPY generated ./generated
 COPY migrations ./migrations
-RUN /opt/venv/bin/pip install . "${PYSPARK_REQUIREMENT}"
+RUN /opt/venv/bin/pip install ".[coordinator]" "${PYSPARK_REQUIREMENT}"
 # Fail the build, not the pod, if an entry point the manifests run is missing.
 RUN /opt/venv/bin/coordinator-svc serve --help >/dev/null \
     && /opt/venv/bin/worker-agent run --help >/dev/null \
