@@ -25,10 +25,15 @@ from .wire_size import prepare_bytes
 
 
 def put_connector(
-    state: GroupState | None, req: PutConnectorRequest, now_ms: int, defaults: GroupConfigDefaults
+    state: GroupState | None,
+    req: PutConnectorRequest,
+    now_ms: int,
+    defaults: GroupConfigDefaults,
+    validated: bool = False,
 ) -> Result[PutConnectorResponse]:
     try:
-        validate_put_connector(req)
+        if not validated:
+            validate_put_connector(req)
     except CoordinatorError as error:
         return Result([], PutConnectorResponse(error.code, error.message))
     change = GroupChange(state, req.group_id, now_ms, defaults)
@@ -75,9 +80,11 @@ def delete_connector(
     req: DeleteConnectorRequest,
     now_ms: int,
     defaults: GroupConfigDefaults,
+    validated: bool = False,
 ) -> Result[DeleteConnectorResponse]:
     try:
-        validate_delete_connector(req)
+        if not validated:
+            validate_delete_connector(req)
         if state is None:
             raise GroupIdNotFound(f"group {req.group_id!r} does not exist.")
         if req.connector not in state.catalogue:
@@ -96,11 +103,16 @@ def delete_connector(
 
 
 def alter_configs(
-    state: GroupState | None, req: AlterConfigsRequest, now_ms: int, defaults: GroupConfigDefaults
+    state: GroupState | None,
+    req: AlterConfigsRequest,
+    now_ms: int,
+    defaults: GroupConfigDefaults,
+    validated: bool = False,
 ) -> Result[AlterConfigsResponse]:
     change = GroupChange(state, req.group_id, now_ms, defaults)
     try:
-        validate_alter_configs(req)
+        if not validated:
+            validate_alter_configs(req)
         configs = change.configs()
         configs.update(req.set)
         for key in req.unset:

@@ -90,12 +90,17 @@ class PrepareView:
 
 
 def start_prepare(
-    state: GroupState | None, req: PrepareRequest, now_ms: int, defaults: GroupConfigDefaults
+    state: GroupState | None,
+    req: PrepareRequest,
+    now_ms: int,
+    defaults: GroupConfigDefaults,
+    validated: bool = False,
 ) -> Result[PrepareView | PrepareResponse]:
     """The part of a Prepare that needs the group: checks, the snapshot its install is
     validated against, and a `PrepareView` (O(members) pointer copies)."""
     try:
-        validate_prepare(req)
+        if not validated:
+            validate_prepare(req)
         state, _member = _assignor_member(state, req.group_id, req.member_id, req.member_epoch)
     except CoordinatorError as error:
         return Result([], PrepareResponse(error.code, error.message))
@@ -195,7 +200,9 @@ class InstallPlan:
         )
 
 
-def plan_install(state: GroupState | None, req: InstallRequest) -> InstallPlan | None:
+def plan_install(
+    state: GroupState | None, req: InstallRequest, validated: bool = False
+) -> InstallPlan | None:
     """An `InstallPlan` for `req`, or None when there is nothing to plan (an error report, no
     snapshot yet, a request the full path will refuse). Reads only values of `state` that are
     replaced, never changed in place, so it may run without the group's lock."""
@@ -207,7 +214,8 @@ def plan_install(state: GroupState | None, req: InstallRequest) -> InstallPlan |
     if snapshot is None or catalogue is None or snapshot.group_epoch != req.group_epoch:
         return None
     try:
-        validate_install(req)
+        if not validated:
+            validate_install(req)
         _validate_against(snapshot, req)
     except CoordinatorError:
         return None
@@ -226,13 +234,15 @@ def install_assignment(
     now_ms: int,
     defaults: GroupConfigDefaults,
     plan: InstallPlan | None = None,
+    validated: bool = False,
 ) -> Result[InstallResponse]:
     """ConnectGroupInstallAssignment. With a `plan` (see `plan_install`) that still applies,
     the O(resources) validation and diff are taken from it."""
     try:
         if state is None or plan is None or not plan.applies_to(state, req):
             plan = None
-            validate_install(req)
+            if not validated:
+                validate_install(req)
         state, _member = _assignor_member(state, req.group_id, req.member_id, req.member_epoch)
         change = GroupChange(state, req.group_id, now_ms, defaults)
         snapshot = _check_epochs(state, req)

@@ -39,11 +39,13 @@ def heartbeat(
     req: HeartbeatRequest,
     now_ms: int,
     defaults: GroupConfigDefaults,
+    validated: bool = False,
 ) -> Result[HeartbeatResponse]:
     """Handle one heartbeat. Errors leave the group as it was, except FENCED_MEMBER_EPOCH, which
     removes the member (seed 000, step 3)."""
     try:
-        validate_heartbeat(req)
+        if not validated:  # the gRPC layer validates before it takes the group
+            validate_heartbeat(req)
         return _Heartbeat(state, req, now_ms, defaults).run()
     except CoordinatorError as error:
         interval, session = defaults.heartbeat_interval_ms, defaults.session_timeout_ms

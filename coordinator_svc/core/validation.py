@@ -173,3 +173,32 @@ def validate_alter_configs(req: AlterConfigsRequest) -> None:
             int(effective_interval) < int(effective_session),
             f"{HEARTBEAT_INTERVAL_MS} must be smaller than {SESSION_TIMEOUT_MS}.",
         )
+
+
+Request = (
+    HeartbeatRequest
+    | PrepareRequest
+    | InstallRequest
+    | PutConnectorRequest
+    | DeleteConnectorRequest
+    | AlterConfigsRequest
+)
+
+
+def validate_request(req: Request) -> None:
+    """Raise InvalidRequest if `req` breaks a rule of its API: the one check of every request,
+    which the gRPC layer runs before it takes the group (so bad input touches nothing) and
+    tells the handler it ran (`validated=True`); a handler called directly runs it itself."""
+    match req:
+        case HeartbeatRequest():
+            validate_heartbeat(req)
+        case PrepareRequest():
+            validate_prepare(req)
+        case InstallRequest():
+            validate_install(req)
+        case PutConnectorRequest():
+            validate_put_connector(req)
+        case DeleteConnectorRequest():
+            validate_delete_connector(req)
+        case AlterConfigsRequest():
+            validate_alter_configs(req)

@@ -32,13 +32,9 @@ from ..core.model import GroupState
 from ..core.results import Result
 from ..core.selection import NoSelection
 from ..core.validation import (
-    validate_alter_configs,
-    validate_delete_connector,
+    Request,
     validate_group_id,
-    validate_heartbeat,
-    validate_install,
-    validate_prepare,
-    validate_put_connector,
+    validate_request,
 )
 from ..runtime.groups import GroupManager, NotOwner
 from . import convert
@@ -46,7 +42,7 @@ from . import convert
 log = logging.getLogger("coordinator.grpc")
 
 T = TypeVar("T")
-Q = TypeVar("Q")
+Q = TypeVar("Q", bound=Request)
 
 
 def _error_pair(error: BaseException) -> tuple[ErrorCode, str]:
@@ -77,26 +73,24 @@ class _Base:
         context: grpc.ServicerContext,
         request: Any,
         decode: Callable[[Any], Q],
-        validate: Callable[[Q], None],
         handle: Callable[..., Result[Any]],
         encode: Callable[[Any], Any],
         failure: Callable[[ErrorCode, str], Any],
-        plan: Callable[[GroupState | None, Q], Any] | None = None,
+        plan: Callable[[GroupState | None, Q, bool], Any] | None = None,
     ) -> Any:
-        """Decode, validate (before any ownership step, so bad input touches nothing), plan
+        """Decode, validate (the core's `validate_request`, once, before any ownership step, so
+        bad input touches nothing; the handler is told it ran), plan
         what can be worked out before the group's lock (`plan`, given to the handler as its
         `plan` argument), run the core handler on the group's owner, count errors, encode
         (after the lock is released)."""
 
         def call() -> Any:
             req = decode(request)
-            validate(req)
-            group_id: str = req.group_id  # type: ignore[attr-defined]
-            if plan is None:
-                run = functools.partial(handle, req=req, defaults=self.defaults)
-            else:
-                planned = plan(self.manager.peek(group_id), req)
-                run = functools.partial(handle, req=req, defaults=self.defaults, plan=planned)
+            validate_request(req)
+            group_id = req.group_id
+            run = functools.partial(handle, req=req, defaults=self.defaults, validated=True)
+            if plan is not None:
+                run = functools.partial(run, plan=plan(self.manager.peek(group_id), req, True))
             resp = self.manager.execute(
                 group_id,
                 lambda state, now: run(state, now_ms=now),
@@ -117,7 +111,6 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             context,
             request,
             protocol_wire.heartbeat_request_from_wire,
-            validate_heartbeat,
             heartbeat,
             protocol_wire.heartbeat_response_to_wire,
             lambda code, msg: coordinator_pb2.ConnectGroupHeartbeatResponse(
@@ -138,10 +131,10 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         started = time.perf_counter()
         try:
             req = protocol_wire.heartbeat_request_from_wire(request)
-            validate_heartbeat(req)
+            validate_request(req)
 
             def handle(state: GroupState | None, now: int) -> Result[HeartbeatResponse]:
-                return heartbeat(state, req=req, defaults=self.defaults, now_ms=now)
+                return heartbeat(state, req=req, defaults=self.defaults, now_ms=now, validated=True)
 
             outcome = self.manager.execute_if_steady(req.group_id, handle)
         except Exception:
@@ -163,7 +156,6 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             context,
             request,
             convert.prepare_request,
-            validate_prepare,
             start_prepare,
             lambda view: convert.prepare_response(finish_prepare(view)),
             lambda code, msg: coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
@@ -177,7 +169,6 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             context,
             request,
             convert.install_request,
-            validate_install,
             install_assignment,
             convert.install_response,
             lambda code, msg: coordinator_pb2.ConnectGroupInstallAssignmentResponse(
@@ -194,7 +185,6 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             context,
             request,
             lambda msg: convert.put_connector_request(msg, context.peer()),
-            validate_put_connector,
             put_connector,
             lambda resp: admin_pb2.PutConnectorResponse(
                 error_code=protocol_wire.wire_code(resp.error_code),
@@ -214,7 +204,6 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             context,
             request,
             lambda msg: convert.delete_connector_request(msg, context.peer()),
-            validate_delete_connector,
             delete_connector,
             lambda resp: admin_pb2.DeleteConnectorResponse(
                 error_code=protocol_wire.wire_code(resp.error_code),
@@ -240,7 +229,6 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             context,
             request,
             lambda msg: convert.alter_configs_request(msg, context.peer()),
-            validate_alter_configs,
             alter_configs,
             encode,
             lambda code, msg: admin_pb2.AlterGroupConfigsResponse(
