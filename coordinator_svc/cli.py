@@ -1,28 +1,28 @@
-"""`coordinator-svc`: serve, migrate, and operator commands (describe, list-groups, connectors,
-configs) that talk to a running coordinator over gRPC."""
+"""`coordinator-svc`, the entry point: the argument parser, the checks of its flags, and `main`,
+which dispatches to a command and turns its failures into messages and exit codes. The commands
+live elsewhere: `serve` and `migrate` in `serve`, the operator commands (describe, list-groups,
+connectors, configs) in `admin_client`."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import signal
-import socket
 import sys
-import threading
-import time
-import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from connect_protocol import logs
 from connect_protocol.configs import MAX_CONFIG_VALUE
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
 
+from .admin_client import (
+    alter_configs_cmd,
+    delete_connector_cmd,
+    describe,
+    list_groups,
+    put_connector_cmd,
+)
 from .core.model import GroupConfigDefaults
-
-log = logging.getLogger("coordinator")
+from .serve import migrate, serve
 
 DEFAULT_PORT = 9093
 DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
@@ -81,7 +81,7 @@ def _defaults_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _add_serve(sub: Any) -> None:
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
         help="run the coordinator",
@@ -193,246 +193,6 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), help="(LOG_LEVEL)")
 
 
-def serve(args: argparse.Namespace) -> int:
-    from .grpc_api.server import CoordinatorServer
-    from .metrics import Metrics
-    from .runtime.groups import GroupManager
-    from .store import SqlStore
-    from .store.migrate import pending_revision
-
-    logs.configure(args.log_level)
-    host = args.host
-    advertised = args.advertised_address or (
-        f"{host if host not in ('0.0.0.0', '::', '[::]') else socket.getfqdn()}:{args.port}"
-    )
-    node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    defaults = GroupConfigDefaults(
-        session_timeout_ms=args.session_timeout_ms,
-        heartbeat_interval_ms=args.heartbeat_interval_ms,
-        rebalance_timeout_ms=args.rebalance_timeout_ms,
-        scheduled_rebalance_max_delay_ms=args.scheduled_rebalance_max_delay_ms,
-        assignment_error_backoff_ms=args.assignment_error_backoff_ms,
-        max_group_size=args.max_group_size,
-        max_message_bytes=args.max_message_bytes,
-    )
-    store = SqlStore(
-        args.database_url, owner_id=node_id, advertised_address=advertised, lease_ms=args.lease_ms
-    )
-    if not args.no_migrate:
-        store.migrate()
-        log.info("schema is up to date", extra=logs.fields(event="migrated"))
-    else:
-        problem = pending_revision(args.database_url)
-        if problem is not None:
-            store.close()
-            print(f"coordinator-svc serve: {problem}", file=sys.stderr)
-            return 2
-    metrics = Metrics()
-    manager = GroupManager(store, defaults, metrics)
-    server = CoordinatorServer(
-        manager,
-        f"{host}:{args.port}",
-        args.max_workers,
-        max_message_bytes=defaults.max_message_bytes,
-    )
-    port = server.port
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("shutting down", extra=logs.fields(event="shutdown", signal=signum))
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    manager.start()
-    server.start()
-    server.set_serving(True)
-    if args.metrics_port:
-        metrics.serve(args.metrics_port, host)
-    log.info(
-        "coordinator serving",
-        extra=logs.fields(
-            event="serving",
-            address=f"{host}:{port}",
-            advertised=advertised,
-            node_id=node_id,
-            database=_redact(args.database_url),
-            metrics_port=args.metrics_port or None,
-            max_message_bytes=defaults.max_message_bytes,
-        ),
-    )
-    while not stop.wait(1.0):
-        pass
-    server.set_serving(False)
-    server.stop(args.shutdown_grace_s)
-    manager.stop()
-    store.close()
-    log.info("stopped", extra=logs.fields(event="stopped"))
-    return 0
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
-    return url
-
-
-def migrate(args: argparse.Namespace) -> int:
-    from .store.migrate import upgrade_to_head
-
-    logs.configure("INFO")
-    upgrade_to_head(args.database_url)
-    log.info(
-        "schema is up to date",
-        extra=logs.fields(event="migrated", database=_redact(args.database_url)),
-    )
-    return 0
-
-
-def _stubs(address: str, max_message_bytes: int) -> tuple[Any, Any]:
-    import grpc
-    from connect.group.v1 import admin_pb2_grpc
-
-    from connect_protocol.limits import channel_options
-
-    channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
-    return channel, admin_pb2_grpc.ConnectGroupAdminStub(channel)
-
-
-def _call_owner(args: argparse.Namespace, group_id: str, rpc: str, request: Any) -> Any:
-    """Call an admin RPC about one group on the process that owns it: if the process asked
-    answers NOT_COORDINATOR (or is between owners), ask FindCoordinator and go there."""
-    from connect.group.v1 import admin_pb2, admin_pb2_grpc
-
-    address = args.coordinator
-    resp: Any = None
-    for attempt in range(4):
-        channel, admin = _stubs(address, args.max_message_bytes)
-        with channel:
-            resp = getattr(admin, rpc)(request, timeout=args.timeout)
-            code = resp.groups[0].error_code if rpc == "DescribeGroups" else resp.error_code
-            if code not in (15, 16):  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-                return resp
-            if code == 15:
-                time.sleep(0.2 * (attempt + 1))
-            found = admin_pb2_grpc.ConnectGroupAdminStub(channel).FindCoordinator(
-                admin_pb2.FindCoordinatorRequest(group_id=group_id), timeout=args.timeout
-            )
-            if found.error_code == 0 and found.host:
-                address = f"{found.host}:{found.port}"
-    return resp
-
-
-def _check(resp: Any) -> int:
-    if resp.error_code != 0:
-        from connect.group.v1 import common_pb2
-
-        name = common_pb2.ErrorCode.Name(resp.error_code)
-        print(f"error: {name}: {resp.error_message}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def describe(args: argparse.Namespace) -> int:
-    from connect.group.v1 import admin_pb2
-
-    from .describe_view import render_group
-
-    status = 0
-    for group_id in args.groups:
-        request = admin_pb2.DescribeGroupsRequest(group_ids=[group_id])
-        if args.follow:
-            group = _call_owner(args, group_id, "DescribeGroups", request).groups[0]
-        else:
-            channel, admin = _stubs(args.coordinator, args.max_message_bytes)
-            with channel:
-                group = admin.DescribeGroups(request, timeout=args.timeout).groups[0]
-        if group.error_code != 0:
-            status |= _check(group)
-            continue
-        print(render_group(group, now_ms=int(time.time() * 1000)))
-    return status
-
-
-def list_groups(args: argparse.Namespace) -> int:
-    from connect.group.v1 import admin_pb2
-
-    channel, admin = _stubs(args.coordinator, args.max_message_bytes)
-    with channel:
-        token, header = "", True
-        while True:  # page by page, printing as the pages come
-            resp = admin.ListGroups(
-                admin_pb2.ListGroupsRequest(page_token=token), timeout=args.timeout
-            )
-            if _check(resp):
-                return 1
-            if header:
-                print(f"{'GROUP':<30} {'STATE':<12} {'EPOCH':>6} {'MEMBERS':>8}")
-                header = False
-            for g in resp.groups:
-                print(f"{g.group_id:<30} {g.state:<12} {g.group_epoch:>6} {g.member_count:>8}")
-            token = resp.next_page_token
-            if not token:
-                return 0
-
-
-def put_connector_cmd(args: argparse.Namespace) -> int:
-    from connect.group.v1 import admin_pb2
-
-    config = dict(item.split("=", 1) for item in args.config)
-    resp = _call_owner(
-        args,
-        args.group,
-        "PutConnector",
-        admin_pb2.PutConnectorRequest(
-            group_id=args.group, connector=args.connector, task_count=args.tasks, config=config
-        ),
-    )
-    if _check(resp):
-        return 1
-    print(
-        f"connector {args.connector}: {'created' if resp.created else 'updated'}; "
-        f"group epoch {resp.group_epoch}"
-        f"{' (rebalance triggered)' if resp.rebalance_triggered else ''}"
-    )
-    return 0
-
-
-def delete_connector_cmd(args: argparse.Namespace) -> int:
-    from connect.group.v1 import admin_pb2
-
-    resp = _call_owner(
-        args,
-        args.group,
-        "DeleteConnector",
-        admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.connector),
-    )
-    if _check(resp):
-        return 1
-    print(f"connector {args.connector} deleted; group epoch {resp.group_epoch}")
-    return 0
-
-
-def alter_configs_cmd(args: argparse.Namespace) -> int:
-    from connect.group.v1 import admin_pb2
-
-    updates = dict(item.split("=", 1) for item in args.set)
-    resp = _call_owner(
-        args,
-        args.group,
-        "AlterGroupConfigs",
-        admin_pb2.AlterGroupConfigsRequest(group_id=args.group, set=updates, unset=args.unset),
-    )
-    if _check(resp):
-        return 1
-    for key, value in sorted(resp.effective_configs.items()):
-        print(f"{key}={value}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coordinator-svc",
@@ -490,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve,
     "migrate": migrate,
     "describe": describe,

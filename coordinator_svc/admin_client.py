@@ -1,0 +1,157 @@
+"""The operator commands (describe, list-groups, put-connector, delete-connector,
+alter-configs): calls to a running coordinator's admin RPCs over gRPC, following a group to the
+process that owns it, and the printing of their answers. grpc and the generated code are imported
+only when a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from connect_protocol.errors import ErrorCode
+
+#: The answers that mean "ask FindCoordinator and try the owner".
+_NOT_HERE = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
+
+
+def _stubs(address: str, max_message_bytes: int) -> tuple[Any, Any]:
+    import grpc
+    from connect.group.v1 import admin_pb2_grpc
+
+    from connect_protocol.limits import channel_options
+
+    channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
+    return channel, admin_pb2_grpc.ConnectGroupAdminStub(channel)
+
+
+def _call_owner(args: argparse.Namespace, group_id: str, rpc: str, request: Any) -> Any:
+    """Call an admin RPC about one group on the process that owns it: if the process asked
+    answers NOT_COORDINATOR (or is between owners), ask FindCoordinator and go there."""
+    from connect.group.v1 import admin_pb2, admin_pb2_grpc
+
+    address = args.coordinator
+    resp: Any = None
+    for attempt in range(4):
+        channel, admin = _stubs(address, args.max_message_bytes)
+        with channel:
+            resp = getattr(admin, rpc)(request, timeout=args.timeout)
+            code = resp.groups[0].error_code if rpc == "DescribeGroups" else resp.error_code
+            if code not in _NOT_HERE:
+                return resp
+            if code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                time.sleep(0.2 * (attempt + 1))
+            found = admin_pb2_grpc.ConnectGroupAdminStub(channel).FindCoordinator(
+                admin_pb2.FindCoordinatorRequest(group_id=group_id), timeout=args.timeout
+            )
+            if found.error_code == ErrorCode.NONE and found.host:
+                address = f"{found.host}:{found.port}"
+    return resp
+
+
+def _check(resp: Any) -> int:
+    if resp.error_code != ErrorCode.NONE:
+        from connect.group.v1 import common_pb2
+
+        name = common_pb2.ErrorCode.Name(resp.error_code)
+        print(f"error: {name}: {resp.error_message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def describe(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    from .describe_view import render_group
+
+    status = 0
+    for group_id in args.groups:
+        request = admin_pb2.DescribeGroupsRequest(group_ids=[group_id])
+        if args.follow:
+            group = _call_owner(args, group_id, "DescribeGroups", request).groups[0]
+        else:
+            channel, admin = _stubs(args.coordinator, args.max_message_bytes)
+            with channel:
+                group = admin.DescribeGroups(request, timeout=args.timeout).groups[0]
+        if group.error_code != ErrorCode.NONE:
+            status |= _check(group)
+            continue
+        print(render_group(group, now_ms=int(time.time() * 1000)))
+    return status
+
+
+def list_groups(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    channel, admin = _stubs(args.coordinator, args.max_message_bytes)
+    with channel:
+        token, header = "", True
+        while True:  # page by page, printing as the pages come
+            resp = admin.ListGroups(
+                admin_pb2.ListGroupsRequest(page_token=token), timeout=args.timeout
+            )
+            if _check(resp):
+                return 1
+            if header:
+                print(f"{'GROUP':<30} {'STATE':<12} {'EPOCH':>6} {'MEMBERS':>8}")
+                header = False
+            for g in resp.groups:
+                print(f"{g.group_id:<30} {g.state:<12} {g.group_epoch:>6} {g.member_count:>8}")
+            token = resp.next_page_token
+            if not token:
+                return 0
+
+
+def put_connector_cmd(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    config = dict(item.split("=", 1) for item in args.config)
+    resp = _call_owner(
+        args,
+        args.group,
+        "PutConnector",
+        admin_pb2.PutConnectorRequest(
+            group_id=args.group, connector=args.connector, task_count=args.tasks, config=config
+        ),
+    )
+    if _check(resp):
+        return 1
+    print(
+        f"connector {args.connector}: {'created' if resp.created else 'updated'}; "
+        f"group epoch {resp.group_epoch}"
+        f"{' (rebalance triggered)' if resp.rebalance_triggered else ''}"
+    )
+    return 0
+
+
+def delete_connector_cmd(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    resp = _call_owner(
+        args,
+        args.group,
+        "DeleteConnector",
+        admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.connector),
+    )
+    if _check(resp):
+        return 1
+    print(f"connector {args.connector} deleted; group epoch {resp.group_epoch}")
+    return 0
+
+
+def alter_configs_cmd(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    updates = dict(item.split("=", 1) for item in args.set)
+    resp = _call_owner(
+        args,
+        args.group,
+        "AlterGroupConfigs",
+        admin_pb2.AlterGroupConfigsRequest(group_id=args.group, set=updates, unset=args.unset),
+    )
+    if _check(resp):
+        return 1
+    for key, value in sorted(resp.effective_configs.items()):
+        print(f"{key}={value}")
+    return 0

@@ -1,0 +1,119 @@
+"""The commands that run against the coordinator's database: `serve` (store, group manager, gRPC
+server, metrics, signals and graceful shutdown) and `migrate` (schema upgrade). Their heavy
+libraries (SQLAlchemy, grpc, ...) are imported only when a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+
+from connect_protocol import logs
+
+from .core.model import GroupConfigDefaults
+
+log = logging.getLogger("coordinator")
+
+
+def serve(args: argparse.Namespace) -> int:
+    from .grpc_api.server import CoordinatorServer
+    from .metrics import Metrics
+    from .runtime.groups import GroupManager
+    from .store import SqlStore
+    from .store.migrate import pending_revision
+
+    logs.configure(args.log_level)
+    host = args.host
+    advertised = args.advertised_address or (
+        f"{host if host not in ('0.0.0.0', '::', '[::]') else socket.getfqdn()}:{args.port}"
+    )
+    node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    defaults = GroupConfigDefaults(
+        session_timeout_ms=args.session_timeout_ms,
+        heartbeat_interval_ms=args.heartbeat_interval_ms,
+        rebalance_timeout_ms=args.rebalance_timeout_ms,
+        scheduled_rebalance_max_delay_ms=args.scheduled_rebalance_max_delay_ms,
+        assignment_error_backoff_ms=args.assignment_error_backoff_ms,
+        max_group_size=args.max_group_size,
+        max_message_bytes=args.max_message_bytes,
+    )
+    store = SqlStore(
+        args.database_url, owner_id=node_id, advertised_address=advertised, lease_ms=args.lease_ms
+    )
+    if not args.no_migrate:
+        store.migrate()
+        log.info("schema is up to date", extra=logs.fields(event="migrated"))
+    else:
+        problem = pending_revision(args.database_url)
+        if problem is not None:
+            store.close()
+            print(f"coordinator-svc serve: {problem}", file=sys.stderr)
+            return 2
+    metrics = Metrics()
+    manager = GroupManager(store, defaults, metrics)
+    server = CoordinatorServer(
+        manager,
+        f"{host}:{args.port}",
+        args.max_workers,
+        max_message_bytes=defaults.max_message_bytes,
+    )
+    port = server.port
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("shutting down", extra=logs.fields(event="shutdown", signal=signum))
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    manager.start()
+    server.start()
+    server.set_serving(True)
+    if args.metrics_port:
+        metrics.serve(args.metrics_port, host)
+    log.info(
+        "coordinator serving",
+        extra=logs.fields(
+            event="serving",
+            address=f"{host}:{port}",
+            advertised=advertised,
+            node_id=node_id,
+            database=_redact(args.database_url),
+            metrics_port=args.metrics_port or None,
+            max_message_bytes=defaults.max_message_bytes,
+        ),
+    )
+    while not stop.wait(1.0):
+        pass
+    server.set_serving(False)
+    server.stop(args.shutdown_grace_s)
+    manager.stop()
+    store.close()
+    log.info("stopped", extra=logs.fields(event="stopped"))
+    return 0
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    return url
+
+
+def migrate(args: argparse.Namespace) -> int:
+    from .store.migrate import upgrade_to_head
+
+    logs.configure("INFO")
+    upgrade_to_head(args.database_url)
+    log.info(
+        "schema is up to date",
+        extra=logs.fields(event="migrated", database=_redact(args.database_url)),
+    )
+    return 0
