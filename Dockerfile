@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image for everything in deploy/k8s: `coordinator-svc` (serve, migrate, operator commands),
-# `worker-agent`, the sample worker (`python -m worker_agent.sample_worker`) and
+# `worker-agent`, the sample worker (`python -m examples.sample_worker`) and
 # `coordinator-audit-export` (PySpark in local mode: Java and Debian's JDBC driver jars are in the
 # image, at /usr/share/java/postgresql.jar and /usr/share/java/sqlite-jdbc.jar).
 #   docker build -t connect-group-coordinator:0.1.0 .
@@ -18,13 +18,16 @@ COPY connect_protocol ./connect_protocol
 COPY coordinator_svc ./coordinator_svc
 COPY worker_agent ./worker_agent
 COPY audit_export ./audit_export
+COPY examples ./examples
 COPY generated ./generated
 COPY migrations ./migrations
 RUN /opt/venv/bin/pip install ".[coordinator]" "${PYSPARK_REQUIREMENT}"
-# Fail the build, not the pod, if an entry point the manifests run is missing.
-RUN /opt/venv/bin/coordinator-svc serve --help >/dev/null \
+# Fail the build, not the pod, if an entry point the manifests run is missing (from /, so that
+# `python -m` finds the installed packages, not the sources in /src).
+RUN cd / \
+    && /opt/venv/bin/coordinator-svc serve --help >/dev/null \
     && /opt/venv/bin/worker-agent run --help >/dev/null \
-    && /opt/venv/bin/python -m worker_agent.sample_worker --help >/dev/null \
+    && /opt/venv/bin/python -m examples.sample_worker --help >/dev/null \
     && /opt/venv/bin/coordinator-audit-export --help >/dev/null
 
 # --- runtime -------------------------------------------------------------------------------------

@@ -12,7 +12,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-ROOTS = ("connect_protocol", "coordinator_svc", "worker_agent", "audit_export", "bench", "tests")
+ROOTS = (
+    "connect_protocol",
+    "coordinator_svc",
+    "worker_agent",
+    "audit_export",
+    "examples",
+    "bench",
+    "tests",
+)
 
 #: One wrong import per contract id: (file to write, the import, the contract's name as reported).
 PROBES = {
@@ -44,7 +52,7 @@ PROBES = {
     "product": (
         "coordinator_svc/_probe.py",
         "import tests.support.coordinator",
-        "the product imports neither the tests nor the benchmarks",
+        "the product imports neither the tests, the benchmarks nor the examples",
     ),
     "bench": ("tests/_probe.py", "import bench.hotpath", "nothing imports the benchmarks"),
     "bench-tests": (

@@ -37,6 +37,7 @@ from coordinator_svc.core.model import GroupConfigDefaults, GroupState, GroupSta
 from coordinator_svc.core.records import EventRecord, GroupMetaRecord, MemberRecord, Record
 from coordinator_svc.core.results import Result
 from coordinator_svc.store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable, rows
+from tests.support import store_dump
 
 GROUP = "connect-cluster"
 DEFAULTS = GroupConfigDefaults()
@@ -244,7 +245,7 @@ def test_events_are_appended_in_order_with_increasing_ids(
     assert store.list_events(GROUP, after_id=ids[-3]) == events[-2:]
     assert store.list_events("other-group") == []
     assert store.list_events() == events
-    assert store.dump()["events"] == events
+    assert store_dump.dump(store)["events"] == events
 
 
 def test_member_and_connector_removals_delete_their_rows(
@@ -255,7 +256,7 @@ def test_member_and_connector_removals_delete_their_rows(
     assert isinstance(lease, Lease)
     build_group(Driver(store, lease))
 
-    dump = store.dump()
+    dump = store_dump.dump(store)
     assert [r["member_id"] for r in dump["members"]] == ["w1", "w3"]  # w2 was fenced
     assert [r["name"] for r in dump["connectors"]] == ["A"]  # B was deleted
     assert [r["name"] for r in dump["group_configs"]] == [SESSION_TIMEOUT_MS]
@@ -271,7 +272,7 @@ def test_a_commit_under_a_lease_not_held_raises_lease_lost_and_writes_nothing(
     assert isinstance(lease, Lease)
     driver = Driver(store, lease)
     driver.run(put_connector, PutConnectorRequest(GROUP, "A", 1))
-    before = store.dump()
+    before = store_dump.dump(store)
     records = put_connector(
         driver.state, PutConnectorRequest(GROUP, "B", 3), driver.now_ms, DEFAULTS
     ).records
@@ -288,13 +289,13 @@ def test_a_commit_under_a_lease_not_held_raises_lease_lost_and_writes_nothing(
     with pytest.raises(LeaseLost) as lost:
         store.commit(dataclasses.replace(lease, group_id="new-group"), never_leased.records)
     assert lost.value.holder is None
-    assert store.dump() == before
+    assert store_dump.dump(store) == before
 
     with pytest.raises(ValueError, match="record for group"):
         store.commit(
             lease, put_connector(None, PutConnectorRequest("x", "A", 1), 0, DEFAULTS).records
         )
-    assert store.dump() == before
+    assert store_dump.dump(store) == before
 
 
 def test_a_second_owner_is_told_the_holder_and_takes_over_after_expiry_with_a_higher_token(
@@ -316,7 +317,7 @@ def test_a_second_owner_is_told_the_holder_and_takes_over_after_expiry_with_a_hi
     assert second.holder(GROUP) is None
     lease_b = second.try_acquire(GROUP)
     assert isinstance(lease_b, Lease) and lease_b.token > lease_a.token
-    before = first.dump()
+    before = store_dump.dump(first)
 
     # The stale owner believes (wrong local clock) that its lease is still valid: the database
     # refuses its commit anyway, naming the new holder.
@@ -330,7 +331,7 @@ def test_a_second_owner_is_told_the_holder_and_takes_over_after_expiry_with_a_hi
     assert lost.value.holder.advertised_address == "10.0.0.2:7000"
     assert "10.0.0.2:7000" in str(lost.value)
     assert first.renew([lease_a]) == []
-    assert first.dump() == before
+    assert store_dump.dump(first) == before
 
     # The new owner loads the state and writes under its own lease.
     state = second.load_group(GROUP)

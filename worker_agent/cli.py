@@ -141,12 +141,6 @@ def _parser() -> argparse.ArgumentParser:
         default=_env("LOG_FORMAT", "json"),
         help="json lines (default) or text (WORKER_AGENT_LOG_FORMAT)",
     )
-    sub.add_parser(
-        "demo",
-        add_help=False,
-        help="a one-minute tour: a coordinator on SQLite and agents joining, failing and "
-        "returning, with a live table of who runs what (`worker-agent demo --help`)",
-    )
     return parser
 
 
@@ -233,10 +227,6 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["demo"]:
-        from . import demo
-
-        return demo.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "run":
         return run(args)

@@ -781,13 +781,3 @@ class SqlStore:
             stmt = stmt.limit(limit)
         with self._transaction(write=False) as conn:
             return [_plain(row) for row in conn.execute(stmt).mappings()]
-
-    def dump(self) -> dict[str, list[dict[str, Any]]]:
-        """Every row of every state table and of the audit trail (not leases), by table name,
-        sorted by primary key: for tests that compare the database before and after."""
-        result: dict[str, list[dict[str, Any]]] = {}
-        with self._transaction(write=False) as conn:
-            for table in (*schema.STATE_TABLES, schema.events):
-                stmt = sa.select(table).order_by(*table.primary_key.columns)
-                result[table.name] = [_plain(row) for row in conn.execute(stmt).mappings()]
-        return result

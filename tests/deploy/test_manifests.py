@@ -42,7 +42,7 @@ IMAGE = "connect-group-coordinator"  # the image name in the base, which overlay
 
 COORDINATOR = ("coordinator-svc", "serve")
 AGENT = ("worker-agent", "run")
-SAMPLE_WORKER = ("python", "-m", "worker_agent.sample_worker")
+SAMPLE_WORKER = ("python", "-m", "examples.sample_worker")
 AUDIT_EXPORT = ("coordinator-audit-export",)
 MIGRATE = ("coordinator-svc", "migrate")
 
@@ -664,7 +664,7 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_java_and_the_jdbc_jars() -
     for command in (
         "coordinator-svc serve",
         "worker-agent run",
-        "worker_agent.sample_worker",
+        "examples.sample_worker",
         "coordinator-audit-export",
     ):
         assert command in text, command

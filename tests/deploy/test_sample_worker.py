@@ -1,4 +1,4 @@
-"""The sample worker of the deployment example (`python -m worker_agent.sample_worker`): it runs
+"""The sample worker of the deployment example (`python -m examples.sample_worker`): it runs
 exactly what the agent's status endpoint says, through /watch or by polling, and stops
 everything when the agent is gone or on SIGTERM."""
 
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from connect_protocol.resources import ResourceSet
-from tests.deploy.local import json_events, wait_for
-from worker_agent.sample_worker import (
+from examples.sample_worker import (
     Assignment,
     Runner,
     Settings,
@@ -24,6 +23,7 @@ from worker_agent.sample_worker import (
     follow,
     parse_sse,
 )
+from tests.deploy.local import json_events, wait_for
 from worker_agent.status import StatusServer
 
 
@@ -126,7 +126,7 @@ def test_process_runs_what_the_agent_says_and_stops_everything_on_sigterm(
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "worker_agent.sample_worker", "--unreachable-stop-s", "30"],
+            [sys.executable, "-m", "examples.sample_worker", "--unreachable-stop-s", "30"],
             env={"SAMPLE_WORKER_STATUS_URL": f"http://127.0.0.1:{status.port}", "PATH": ""},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -167,7 +167,7 @@ def test_stops_everything_when_the_agent_stays_unreachable(tmp_path: Path) -> No
             [
                 sys.executable,
                 "-m",
-                "worker_agent.sample_worker",
+                "examples.sample_worker",
                 "--status-url",
                 f"http://127.0.0.1:{port}",
                 "--unreachable-stop-s",

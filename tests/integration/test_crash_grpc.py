@@ -28,6 +28,7 @@ import pytest
 from connect.group.v1 import admin_pb2
 
 from coordinator_svc.store import SqlStore
+from tests.support import store_dump
 from tests.support.client import (
     Resources,
     ScriptedWorker,
@@ -152,7 +153,7 @@ def view(group: Any) -> Any:
 
 
 def snapshot(cluster: Cluster) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
-    return view(describe(cluster.stubs, GROUP)), cluster.observer.dump()
+    return view(describe(cluster.stubs, GROUP)), store_dump.dump(cluster.observer)
 
 
 def assert_state_intact(cluster: Cluster, before: tuple[Any, Any]) -> Any:
@@ -520,7 +521,7 @@ def test_a_delayed_rebalance_scheduled_before_the_crash_fires_after_the_restart(
             lambda: (g := describe(cluster.stubs, GROUP)).group_epoch == e + 2 and g,
             timeout_s=5,
         )
-        dump_after, dump_before = cluster.observer.dump(), before[1]
+        dump_after, dump_before = store_dump.dump(cluster.observer), before[1]
         for table in ("members", "connectors", "target_assignment_members", "group_configs"):
             assert dump_after[table] == dump_before[table], table
     assert not fired.HasField("scheduled_rebalance_at_ms")

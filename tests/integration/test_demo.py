@@ -1,6 +1,6 @@
-"""The README's "run the product" command: `worker-agent demo` (what `./scripts/run` runs), end to
-end on the embedded SQLite default, at a fast pace. It must tell its story and end with every
-connector and task running somewhere, balanced."""
+"""The README's "run the product" command: `python -m examples.demo` (what `./scripts/run` runs),
+end to end on the embedded SQLite default, at a fast pace. It must tell its story and end with
+every connector and task running somewhere, balanced."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ def test_the_demo_runs_its_story_and_ends_with_everything_running() -> None:
         [
             sys.executable,
             "-m",
-            "worker_agent.cli",
-            "demo",
+            "examples.demo",
             "--plain",
             "--pace",
             "0.5",

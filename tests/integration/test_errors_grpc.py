@@ -4,7 +4,7 @@ Seed 000's "Request Validation" / "Request Handling" lists per API, DESIGN 2.1 (
 COMPUTE_ASSIGNMENT is a signal), 3.1 (admin), 3.4 (UNSUPPORTED_ASSIGNOR), 3.6/3.9 (install
 validity), 3.11 (identical heartbeats write nothing), 3.12 (epochs, fencing) and 3.14 (static
 membership). Each test asserts the wire error code, that the message names the broken rule, and
-that ``SqlStore.dump()`` (every state table and the audit trail) and the group as DescribeGroups
+that ``store_dump.dump`` (every state table and the audit trail) and the group as DescribeGroups
 shows it are identical before and after the failing call. The one documented exception is
 FENCED_MEMBER_EPOCH on a heartbeat, which removes the member (seed step 3; DESIGN 3.12, 3.13): those
 tests assert exactly that change.
@@ -36,6 +36,7 @@ from coordinator_svc.core.model import GroupConfigDefaults
 from coordinator_svc.grpc_api.servicers import AdminServicer, CoordinatorServicer
 from coordinator_svc.runtime.groups import GroupManager
 from coordinator_svc.store import SqlStore
+from tests.support import store_dump
 from tests.support.client import Resources, from_cat, names, parse, to_cat
 from tests.support.pgcluster import create_database, drop_database
 
@@ -190,9 +191,9 @@ def rejected(api: Api, group_id: str, call: Callable[[], Any], code: int, *rule:
     """Run a call that must fail with `code`, a message containing every `rule` fragment, and
     no change at all: database (events included) and in-memory group identical."""
     seen = view(api, group_id) if 0 < len(group_id) <= 249 else None
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     resp = call()
-    after = api.store.dump()
+    after = store_dump.dump(api.store)
     assert resp.error_code == code, f"expected {common_pb2.ErrorCode.Name(code)}, got:\n{resp}"
     for fragment in rule:
         assert fragment in resp.error_message, (fragment, resp.error_message)
@@ -578,10 +579,10 @@ def test_heartbeat_base_request_of_the_rule_tests_is_valid(api: Api, gid: str) -
     """Control for test_heartbeat_invalid_request: unmutated, its base request joins W2."""
     one_member(api, gid)
     w2 = Worker(api, gid, "W2")
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     resp = w2.send(w2.join_request())
     assert resp.error_code == NONE, resp
-    assert api.store.dump() != before
+    assert store_dump.dump(api.store) != before
     assert sorted(m.member_id for m in describe(api, gid).members) == ["W1", "W2"]
 
 
@@ -693,9 +694,9 @@ def test_heartbeat_fenced_member_epoch_removes_the_member(api: Api, gid: str) ->
     _w1, w2 = two_members(api, gid)
     member_epoch = w2.epoch
     wrong = member_epoch + 7
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     resp = w2.send(w2.request(wrong))
-    after = api.store.dump()
+    after = store_dump.dump(api.store)
     assert resp.error_code == FENCED_MEMBER_EPOCH, resp
     assert f"member epoch {wrong} does not match the coordinator's {member_epoch}" in (
         resp.error_message
@@ -715,12 +716,14 @@ def test_heartbeat_lost_response_retry_without_owned_list_is_fenced(api: Api, gi
     it, FENCED_MEMBER_EPOCH: the member is removed and what it ran is held for a session timeout
     (DESIGN 3.13), nothing else changes."""
     _w1, w2 = stable(api, gid)
-    (row,) = [r for r in _rows(api.store.dump(), "members", gid) if r["member_id"] == "W2"]
+    (row,) = [
+        r for r in _rows(store_dump.dump(api.store), "members", gid) if r["member_id"] == "W2"
+    ]
     previous = row["previous_epoch"]
     assert 0 < previous < w2.epoch
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     resp = w2.send(w2.request(previous, owned=False))
-    after = api.store.dump()
+    after = store_dump.dump(api.store)
     assert resp.error_code == FENCED_MEMBER_EPOCH, resp
     assert f"member epoch {previous} does not match the coordinator's {w2.epoch}" in (
         resp.error_message
@@ -904,12 +907,12 @@ def test_compute_assignment_on_join_with_a_valid_response(api: Api, gid: str) ->
     assert names(from_cat(resp.assignment.connectors_and_tasks)) == []
     # Repeated while the group epoch is ahead (a lost response must not stall the group), and
     # asking again writes nothing.
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     again = w1.send(w1.request())
     assert again.error_code == COMPUTE_ASSIGNMENT, again
     assert again.member_epoch == resp.member_epoch
     assert (again.heartbeat_interval_ms, again.session_timeout_ms) == (INTERVAL_MS, SESSION_MS)
-    assert_same_dump(before, api.store.dump())
+    assert_same_dump(before, store_dump.dump(api.store))
     assert w1.prepare().group_epoch == group.group_epoch
 
 
@@ -944,9 +947,9 @@ def test_identical_full_heartbeat_twice_same_answer_writes_nothing(api: Api, gid
     req = w1.full_request()
     epoch_before = describe(api, gid).group_epoch
     first = w1.send(req)
-    after_first = api.store.dump()
+    after_first = store_dump.dump(api.store)
     second = w1.send(req)
-    assert_same_dump(after_first, api.store.dump())
+    assert_same_dump(after_first, store_dump.dump(api.store))
     assert first.error_code == NONE, first
     assert second == first
     group = describe(api, gid)
@@ -961,9 +964,9 @@ def test_identical_join_twice_same_answer_writes_nothing(api: Api, gid: str) -> 
     w3 = Worker(api, gid, "W3")
     req = w3.join_request()
     first = w3.send(req)
-    after_first = api.store.dump()
+    after_first = store_dump.dump(api.store)
     second = w3.send(req)
-    assert_same_dump(after_first, api.store.dump())
+    assert_same_dump(after_first, store_dump.dump(api.store))
     assert first.error_code == NONE, first
     assert second == first
 
@@ -1527,11 +1530,11 @@ def test_alter_configs_key_both_set_and_unset(api: Api, gid: str) -> None:
 def test_describe_unknown_group(api: Api, gid: str) -> None:
     put_connector(api, gid, "A", 1)
     unknown = f"{gid}-unknown"
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     resp = api.admin.DescribeGroups(
         admin_pb2.DescribeGroupsRequest(group_ids=[gid, unknown]), timeout=10
     )
-    assert_same_dump(before, api.store.dump())
+    assert_same_dump(before, store_dump.dump(api.store))
     known, missing = resp.groups
     assert (known.group_id, known.error_code, known.state) == (gid, NONE, "EMPTY")
     assert (missing.group_id, missing.error_code) == (unknown, GROUP_ID_NOT_FOUND)
@@ -1540,11 +1543,11 @@ def test_describe_unknown_group(api: Api, gid: str) -> None:
 
 def test_describe_empty_group_id(api: Api, gid: str) -> None:
     put_connector(api, gid, "A", 1)
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     resp = api.admin.DescribeGroups(
         admin_pb2.DescribeGroupsRequest(group_ids=["", gid]), timeout=10
     )
-    assert_same_dump(before, api.store.dump())
+    assert_same_dump(before, store_dump.dump(api.store))
     empty, known = resp.groups
     assert empty.error_code == INVALID_REQUEST, empty
     assert "GroupId must be non-empty" in empty.error_message
@@ -1553,9 +1556,9 @@ def test_describe_empty_group_id(api: Api, gid: str) -> None:
 
 def test_describe_too_long_group_id(api: Api) -> None:
     """Like every other RPC: a client error, not an internal one."""
-    before = api.store.dump()
+    before = store_dump.dump(api.store)
     resp = api.admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=[LONG]), timeout=10)
-    assert_same_dump(before, api.store.dump())
+    assert_same_dump(before, store_dump.dump(api.store))
     (group,) = resp.groups
     assert group.error_code == INVALID_REQUEST, group
     assert "GroupId must be at most 249 characters" in group.error_message

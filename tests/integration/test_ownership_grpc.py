@@ -27,6 +27,7 @@ from connect_protocol.messages import PutConnectorRequest
 from coordinator_svc.core.admin import put_connector as core_put_connector
 from coordinator_svc.core.model import GroupConfigDefaults
 from coordinator_svc.store import Lease, LeaseLost, SqlStore
+from tests.support import store_dump
 from tests.support.client import (
     Resources,
     ScriptedWorker,
@@ -339,7 +340,7 @@ def test_killing_the_owner_lets_the_other_take_over_without_losing_state(
     before = view(describe(p1.stubs, GROUP))
     assert before.state == "RECONCILING"
     assert any(res(m.pending_revocation) for m in before.members), before
-    dump_before = observer.dump()
+    dump_before = store_dump.dump(observer)
     [(owner_before, _, token_before)] = leases(database_url).values()
     assert owner_before == p1.node_id
 
@@ -357,7 +358,7 @@ def test_killing_the_owner_lets_the_other_take_over_without_losing_state(
 
     # Nothing lost, nothing changed: epochs, members, assignments, pending revocations.
     assert view(wait_serving(p2.stubs, GROUP)) == before
-    assert observer.dump() == dump_before
+    assert store_dump.dump(observer) == dump_before
     assert find(p2.stubs, GROUP) == p2.address
 
     # The workers find the new owner and carry on at their epochs: no fencing, no rebalance.
@@ -419,7 +420,7 @@ def test_an_owner_paused_past_its_lease_is_fenced_when_it_resumes(
             for w in workers:
                 assert w.heartbeat().error_code == 0
             time.sleep(0.1)
-        written_by_new_owner = observer.dump()
+        written_by_new_owner = store_dump.dump(observer)
         described_by_new_owner = view(describe(p2.stubs, GROUP))
     finally:
         p1.proc.signal(signal.SIGCONT)
@@ -440,7 +441,7 @@ def test_an_owner_paused_past_its_lease_is_fenced_when_it_resumes(
 
     # The database holds what the new owner wrote, and nothing from the old one: no member W9,
     # no connector D, no leave of W1, no session expiry from the old owner's timers.
-    assert observer.dump() == written_by_new_owner
+    assert store_dump.dump(observer) == written_by_new_owner
     assert view(describe(p2.stubs, GROUP)) == described_by_new_owner
     events = observer.list_events(GROUP)
     assert not [ev for ev in events if ev["member_id"] in ("W9",)]
@@ -469,7 +470,7 @@ def test_an_owner_paused_past_its_lease_is_fenced_when_it_resumes(
         p2.node_id,
         p2.address,
     )
-    assert observer.dump() == written_by_new_owner
+    assert store_dump.dump(observer) == written_by_new_owner
 
 
 # --- (d) steady heartbeats write nothing ------------------------------------------------------
@@ -538,7 +539,7 @@ def test_steady_heartbeats_write_nothing(
     assert_refused(describe(p2.stubs, GROUP), p1)
     for w in workers:  # steady from here on
         assert w.heartbeat().error_code == 0
-    dump = observer.dump()
+    dump = store_dump.dump(observer)
     observer.close()
     database = make_url(database_url).database
     assert database
@@ -575,7 +576,7 @@ def test_steady_heartbeats_write_nothing(
 
     assert tables_after == tables_before
     with SqlStore(database_url, "test-observer-2", "-") as again:
-        assert again.dump() == dump
+        assert store_dump.dump(again) == dump
     group = describe(p1.stubs, GROUP)
     assert_every_resource_assigned_once(group, workers)
 
@@ -680,11 +681,11 @@ def test_a_process_restarted_with_the_same_node_id_starts_a_new_tenure(
         group = wait_serving(p2.stubs, GROUP)
         (owner, address, token) = leases(database_url)[GROUP]
         assert (owner, address, token) == ("coordinator-0", p2.address, old_token + 1)
-        before = observer.dump()
+        before = store_dump.dump(observer)
     finally:
         p1.proc.signal(signal.SIGCONT)
     assert_refused(put_connector(p1.stubs, GROUP, "D", 1), p2)
-    assert observer.dump() == before
+    assert store_dump.dump(observer) == before
     assert [c.name for c in group.catalogue] == ["A", "B"]
 
 

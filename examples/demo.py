@@ -1,4 +1,4 @@
-"""`worker-agent demo`: a one-minute tour of the product on the embedded default.
+"""`python -m examples.demo`: a one-minute tour of the product on the embedded default.
 
 It starts a coordinator on an embedded SQLite file and three `worker-agent run` processes, creates
 a few connectors, then, while a live table shows which worker runs what, adds a worker, kills one
@@ -258,7 +258,7 @@ def run_demo(demo: Demo) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="worker-agent demo",
+        prog="python -m examples.demo",
         description="A one-minute tour: a coordinator on an embedded SQLite file, worker "
         "agents joining, failing and returning, and a live table of who runs what.",
     )

@@ -1,7 +1,7 @@
 """A sample worker for the deployment example (`deploy/k8s/`): it follows the worker agent beside
 it through the agent's status endpoint and logs what it runs.
 
-    python -m worker_agent.sample_worker --status-url http://127.0.0.1:8084
+    python -m examples.sample_worker --status-url http://127.0.0.1:8084
 
 It reads ``GET /watch`` (server-sent events: the current assignment at once, then one event per
 change) and, when the stream cannot be had, polls ``GET /assignment`` until it can; ``--mode
@@ -346,7 +346,7 @@ def _env(name: str, default: T) -> str | T:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m worker_agent.sample_worker",
+        prog="python -m examples.sample_worker",
         description="A sample worker: follows the worker agent's status endpoint and logs what "
         "it runs. SIGTERM stops everything. Every option can also be set by the environment "
         "variable in parentheses.",
