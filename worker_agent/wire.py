@@ -5,8 +5,6 @@ FindCoordinator requests. Heartbeats, resource sets and assignors: `connect_prot
 
 from __future__ import annotations
 
-from typing import Any
-
 from connect.group.v1 import admin_pb2, coordinator_pb2
 
 from connect_protocol.wire import resources_from, resources_to
@@ -26,7 +24,7 @@ def prepare_request(
     )
 
 
-def group_view(msg: Any) -> GroupView:
+def group_view(msg: coordinator_pb2.ConnectGroupPrepareAssignmentResponse) -> GroupView:
     """A PrepareAssignment answer (error_code NONE) as the assignor's input."""
     return GroupView(
         group_epoch=msg.group_epoch,
@@ -64,7 +62,7 @@ def install_request(
     group_epoch: int,
     result: AssignmentResult,
     version: int,
-) -> Any:
+) -> coordinator_pb2.ConnectGroupInstallAssignmentRequest:
     out = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
         group_id=group_id,
         member_id=member_id,

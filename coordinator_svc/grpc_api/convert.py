@@ -3,30 +3,38 @@ Install, the admin calls, describe); what both sides exchange is in `connect_pro
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
-from connect.group.v1 import admin_pb2, coordinator_pb2
+from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
+from connect_protocol.errors import ErrorCode
 from connect_protocol.messages import (
     AlterConfigsRequest,
+    AlterConfigsResponse,
     DeleteConnectorRequest,
+    DeleteConnectorResponse,
     InstallRequest,
     InstallResponse,
     MemberTarget,
     PrepareRequest,
     PrepareResponse,
     PutConnectorRequest,
+    PutConnectorResponse,
 )
 from connect_protocol.wire import assignor_to, resources_from, resources_to, wire_code
 
 from ..core.model import GroupConfigDefaults, GroupState
+from ..runtime.groups import ListedGroup
 
 
-def prepare_request(msg: Any) -> PrepareRequest:
+def prepare_request(msg: coordinator_pb2.ConnectGroupPrepareAssignmentRequest) -> PrepareRequest:
     return PrepareRequest(msg.group_id, msg.member_id, msg.member_epoch)
 
 
-def prepare_response(resp: PrepareResponse) -> Any:
+def prepare_response(
+    resp: PrepareResponse,
+) -> coordinator_pb2.ConnectGroupPrepareAssignmentResponse:
     out = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
         error_code=wire_code(resp.error_code),
         error_message=resp.error_message,
@@ -60,7 +68,7 @@ def prepare_response(resp: PrepareResponse) -> Any:
     return out
 
 
-def install_request(msg: Any) -> InstallRequest:
+def install_request(msg: coordinator_pb2.ConnectGroupInstallAssignmentRequest) -> InstallRequest:
     return InstallRequest(
         group_id=msg.group_id,
         member_id=msg.member_id,
@@ -79,23 +87,29 @@ def install_request(msg: Any) -> InstallRequest:
     )
 
 
-def install_response(resp: InstallResponse) -> Any:
+def install_response(
+    resp: InstallResponse,
+) -> coordinator_pb2.ConnectGroupInstallAssignmentResponse:
     return coordinator_pb2.ConnectGroupInstallAssignmentResponse(
         error_code=wire_code(resp.error_code), error_message=resp.error_message
     )
 
 
-def put_connector_request(msg: Any, caller: str) -> PutConnectorRequest:
+def put_connector_request(msg: admin_pb2.PutConnectorRequest, caller: str) -> PutConnectorRequest:
     return PutConnectorRequest(
         msg.group_id, msg.connector, msg.task_count, dict(msg.config), caller
     )
 
 
-def delete_connector_request(msg: Any, caller: str) -> DeleteConnectorRequest:
+def delete_connector_request(
+    msg: admin_pb2.DeleteConnectorRequest, caller: str
+) -> DeleteConnectorRequest:
     return DeleteConnectorRequest(msg.group_id, msg.connector, caller)
 
 
-def alter_configs_request(msg: Any, caller: str) -> AlterConfigsRequest:
+def alter_configs_request(
+    msg: admin_pb2.AlterGroupConfigsRequest, caller: str
+) -> AlterConfigsRequest:
     return AlterConfigsRequest(msg.group_id, dict(msg.set), tuple(msg.unset), caller)
 
 
@@ -105,7 +119,7 @@ def described_group(
     now_ms: int,
     assignor_reason: str,
     assignor_name: str,
-) -> Any:
+) -> admin_pb2.DescribedGroup:
     out = admin_pb2.DescribedGroup(
         group_id=state.group_id,
         group_type="connect",
@@ -140,3 +154,65 @@ def described_group(
         resources_to(state.target.of(m.member_id).resources, dm.target_assignment)
         dm.assignors.extend(assignor_to(a) for a in m.assignors)
     return out
+
+
+def put_connector_response(resp: PutConnectorResponse) -> admin_pb2.PutConnectorResponse:
+    return admin_pb2.PutConnectorResponse(
+        error_code=wire_code(resp.error_code),
+        error_message=resp.error_message,
+        group_epoch=resp.group_epoch,
+        created=resp.created,
+        rebalance_triggered=resp.rebalance_triggered,
+    )
+
+
+def delete_connector_response(
+    resp: DeleteConnectorResponse,
+) -> admin_pb2.DeleteConnectorResponse:
+    return admin_pb2.DeleteConnectorResponse(
+        error_code=wire_code(resp.error_code),
+        error_message=resp.error_message,
+        group_epoch=resp.group_epoch,
+    )
+
+
+def alter_configs_response(resp: AlterConfigsResponse) -> admin_pb2.AlterGroupConfigsResponse:
+    out = admin_pb2.AlterGroupConfigsResponse(
+        error_code=wire_code(resp.error_code), error_message=resp.error_message
+    )
+    out.effective_configs.update(resp.effective_configs)
+    return out
+
+
+def listed_groups(page: Sequence[ListedGroup], next_token: str) -> admin_pb2.ListGroupsResponse:
+    out = admin_pb2.ListGroupsResponse(next_page_token=next_token)
+    for g in page:
+        out.groups.add(
+            group_id=g.group_id,
+            group_type="connect",
+            state=g.status.value,
+            group_epoch=g.group_epoch,
+            member_count=g.member_count,
+        )
+    return out
+
+
+def found_coordinator(address: str) -> admin_pb2.FindCoordinatorResponse:
+    host, _, port = address.rpartition(":")
+    return admin_pb2.FindCoordinatorResponse(
+        host=host, port=int(port) if port.isdigit() else 0, node_id=address
+    )
+
+
+class _ErrorAnswer(Protocol):
+    error_code: common_pb2.ErrorCode
+    error_message: str
+
+
+A = TypeVar("A", bound=_ErrorAnswer)
+
+
+def error_answer(answer: Callable[..., A], code: ErrorCode, message: str, **fields: object) -> A:
+    """The one way an error becomes an answer: any response message (or DescribedGroup) with
+    its error code and message set, plus `fields` (a heartbeat echoes the member's epoch)."""
+    return answer(error_code=wire_code(code), error_message=message, **fields)

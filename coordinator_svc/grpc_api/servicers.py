@@ -10,17 +10,17 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 from connect_protocol import wire as protocol_wire
 from connect_protocol.errors import CoordinatorError, ErrorCode, InvalidRequest
-from connect_protocol.messages import HeartbeatResponse
+from connect_protocol.messages import HeartbeatResponse, PrepareResponse
 
 from ..core.admin import alter_configs, delete_connector, put_connector
 from ..core.assignment import (
+    PrepareView,
     current_selection,
     finish_prepare,
     install_assignment,
@@ -43,6 +43,8 @@ log = logging.getLogger("coordinator.grpc")
 
 T = TypeVar("T")
 Q = TypeVar("Q", bound=Request)
+M = TypeVar("M")  # a request message
+R = TypeVar("R")  # a response message
 
 
 def _error_pair(error: BaseException) -> tuple[ErrorCode, str]:
@@ -54,12 +56,22 @@ def _error_pair(error: BaseException) -> tuple[ErrorCode, str]:
     )
 
 
+class Context(Protocol):
+    """What the servicers ask of a call's context (gRPC's, or the aio layer's `PoolContext`)."""
+
+    def peer(self) -> str: ...
+
+    def is_active(self) -> bool: ...
+
+
 class _Base:
     def __init__(self, manager: GroupManager) -> None:
         self.manager = manager
         self.defaults = manager.defaults
 
     def _run(self, rpc: str, call: Callable[[], T], on_error: Callable[[ErrorCode, str], T]) -> T:
+        """`call()`, or the answer `on_error` makes of what it raised (counted per RPC and
+        code): the one place an exception becomes an error answer."""
         try:
             return call()
         except Exception as error:
@@ -70,21 +82,20 @@ class _Base:
     def _serve(
         self,
         rpc: str,
-        context: grpc.ServicerContext,
-        request: Any,
-        decode: Callable[[Any], Q],
+        context: Context,
+        request: M,
+        decode: Callable[[M], Q],
         handle: Callable[..., Result[Any]],
-        encode: Callable[[Any], Any],
-        failure: Callable[[ErrorCode, str], Any],
+        encode: Callable[[Any], R],
+        failure: Callable[[ErrorCode, str], R],
         plan: Callable[[GroupState | None, Q, bool], Any] | None = None,
-    ) -> Any:
+    ) -> R:
         """Decode, validate (the core's `validate_request`, once, before any ownership step, so
-        bad input touches nothing; the handler is told it ran), plan
-        what can be worked out before the group's lock (`plan`, given to the handler as its
-        `plan` argument), run the core handler on the group's owner, count errors, encode
-        (after the lock is released)."""
+        bad input touches nothing; the handler is told it ran), plan what can be worked out
+        before the group's lock (`plan`, given to the handler as its `plan` argument), run the
+        core handler on the group's owner, count errors, encode (after the lock is released)."""
 
-        def call() -> Any:
+        def call() -> R:
             req = decode(request)
             validate_request(req)
             group_id = req.group_id
@@ -104,7 +115,9 @@ class _Base:
 
 
 class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):  # type: ignore[misc]
-    def ConnectGroupHeartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ConnectGroupHeartbeat(
+        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Context
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
         started = time.perf_counter()
         out = self._serve(
             "ConnectGroupHeartbeat",
@@ -113,16 +126,18 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             protocol_wire.heartbeat_request_from_wire,
             heartbeat,
             protocol_wire.heartbeat_response_to_wire,
-            lambda code, msg: coordinator_pb2.ConnectGroupHeartbeatResponse(
-                error_code=protocol_wire.wire_code(code),
-                error_message=msg,
+            functools.partial(
+                convert.error_answer,
+                coordinator_pb2.ConnectGroupHeartbeatResponse,
                 member_epoch=request.member_epoch,
             ),
         )
         self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
         return out
 
-    def steady_heartbeat(self, request: Any) -> Any | None:
+    def steady_heartbeat(
+        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse | None:
         """The answer to a heartbeat that changes nothing, worked out at once on the calling
         thread, without waiting for the group's lock or touching the database
         (`GroupManager.execute_if_steady`); None when it needs `ConnectGroupHeartbeat`, which
@@ -150,20 +165,29 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
         return out
 
-    def ConnectGroupPrepareAssignment(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ConnectGroupPrepareAssignment(
+        self, request: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, context: Context
+    ) -> coordinator_pb2.ConnectGroupPrepareAssignmentResponse:
+        def encode(
+            answer: PrepareView | PrepareResponse,
+        ) -> coordinator_pb2.ConnectGroupPrepareAssignmentResponse:
+            return convert.prepare_response(finish_prepare(answer))
+
         return self._serve(
             "ConnectGroupPrepareAssignment",
             context,
             request,
             convert.prepare_request,
             start_prepare,
-            lambda view: convert.prepare_response(finish_prepare(view)),
-            lambda code, msg: coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
-                error_code=protocol_wire.wire_code(code), error_message=msg
+            encode,
+            functools.partial(
+                convert.error_answer, coordinator_pb2.ConnectGroupPrepareAssignmentResponse
             ),
         )
 
-    def ConnectGroupInstallAssignment(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ConnectGroupInstallAssignment(
+        self, request: coordinator_pb2.ConnectGroupInstallAssignmentRequest, context: Context
+    ) -> coordinator_pb2.ConnectGroupInstallAssignmentResponse:
         return self._serve(
             "ConnectGroupInstallAssignment",
             context,
@@ -171,96 +195,71 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             convert.install_request,
             install_assignment,
             convert.install_response,
-            lambda code, msg: coordinator_pb2.ConnectGroupInstallAssignmentResponse(
-                error_code=protocol_wire.wire_code(code), error_message=msg
+            functools.partial(
+                convert.error_answer, coordinator_pb2.ConnectGroupInstallAssignmentResponse
             ),
             plan=plan_install,
         )
 
 
 class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: ignore[misc]
-    def PutConnector(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def PutConnector(
+        self, request: admin_pb2.PutConnectorRequest, context: Context
+    ) -> admin_pb2.PutConnectorResponse:
         return self._serve(
             "PutConnector",
             context,
             request,
             lambda msg: convert.put_connector_request(msg, context.peer()),
             put_connector,
-            lambda resp: admin_pb2.PutConnectorResponse(
-                error_code=protocol_wire.wire_code(resp.error_code),
-                error_message=resp.error_message,
-                group_epoch=resp.group_epoch,
-                created=resp.created,
-                rebalance_triggered=resp.rebalance_triggered,
-            ),
-            lambda code, msg: admin_pb2.PutConnectorResponse(
-                error_code=protocol_wire.wire_code(code), error_message=msg
-            ),
+            convert.put_connector_response,
+            functools.partial(convert.error_answer, admin_pb2.PutConnectorResponse),
         )
 
-    def DeleteConnector(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def DeleteConnector(
+        self, request: admin_pb2.DeleteConnectorRequest, context: Context
+    ) -> admin_pb2.DeleteConnectorResponse:
         return self._serve(
             "DeleteConnector",
             context,
             request,
             lambda msg: convert.delete_connector_request(msg, context.peer()),
             delete_connector,
-            lambda resp: admin_pb2.DeleteConnectorResponse(
-                error_code=protocol_wire.wire_code(resp.error_code),
-                error_message=resp.error_message,
-                group_epoch=resp.group_epoch,
-            ),
-            lambda code, msg: admin_pb2.DeleteConnectorResponse(
-                error_code=protocol_wire.wire_code(code), error_message=msg
-            ),
+            convert.delete_connector_response,
+            functools.partial(convert.error_answer, admin_pb2.DeleteConnectorResponse),
         )
 
-    def AlterGroupConfigs(self, request: Any, context: grpc.ServicerContext) -> Any:
-        def encode(resp: Any) -> Any:
-            out = admin_pb2.AlterGroupConfigsResponse(
-                error_code=protocol_wire.wire_code(resp.error_code),
-                error_message=resp.error_message,
-            )
-            out.effective_configs.update(resp.effective_configs)
-            return out
-
+    def AlterGroupConfigs(
+        self, request: admin_pb2.AlterGroupConfigsRequest, context: Context
+    ) -> admin_pb2.AlterGroupConfigsResponse:
         return self._serve(
             "AlterGroupConfigs",
             context,
             request,
             lambda msg: convert.alter_configs_request(msg, context.peer()),
             alter_configs,
-            encode,
-            lambda code, msg: admin_pb2.AlterGroupConfigsResponse(
-                error_code=protocol_wire.wire_code(code), error_message=msg
-            ),
+            convert.alter_configs_response,
+            functools.partial(convert.error_answer, admin_pb2.AlterGroupConfigsResponse),
         )
 
-    def ListGroups(self, request: Any, context: grpc.ServicerContext) -> Any:
-        def call() -> Any:
+    def ListGroups(
+        self, request: admin_pb2.ListGroupsRequest, context: Context
+    ) -> admin_pb2.ListGroupsResponse:
+        def call() -> admin_pb2.ListGroupsResponse:
             if request.page_size < 0:
                 raise InvalidRequest(f"page_size must be >= 0, not {request.page_size}.")
             page, next_token = self.manager.list_groups(request.page_token, request.page_size)
-            out = admin_pb2.ListGroupsResponse(next_page_token=next_token)
-            for g in page:
-                out.groups.add(
-                    group_id=g.group_id,
-                    group_type="connect",
-                    state=g.status.value,
-                    group_epoch=g.group_epoch,
-                    member_count=g.member_count,
-                )
-            return out
+            return convert.listed_groups(page, next_token)
 
         return self._run(
             "ListGroups",
             call,
-            lambda code, msg: admin_pb2.ListGroupsResponse(
-                error_code=protocol_wire.wire_code(code), error_message=msg
-            ),
+            functools.partial(convert.error_answer, admin_pb2.ListGroupsResponse),
         )
 
-    def DescribeGroups(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def DescribeGroups(
+        self, request: admin_pb2.DescribeGroupsRequest, context: Context
+    ) -> admin_pb2.DescribeGroupsResponse:
         out = admin_pb2.DescribeGroupsResponse()
         for group_id in request.group_ids:
             if not context.is_active():
@@ -268,17 +267,18 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             out.groups.append(self._describe(group_id, context))
         return out
 
-    def _describe(self, group_id: str, context: grpc.ServicerContext) -> Any:
-        def describe(state: GroupState | None, now: int) -> Result[Any]:
+    def _describe(self, group_id: str, context: Context) -> admin_pb2.DescribedGroup:
+        def describe(
+            state: GroupState | None, now: int
+        ) -> Result[Callable[[], admin_pb2.DescribedGroup]]:
             if state is None:
-                return Result(
-                    [],
-                    admin_pb2.DescribedGroup(
-                        group_id=group_id,
-                        error_code=protocol_wire.wire_code(ErrorCode.GROUP_ID_NOT_FOUND),
-                        error_message=f"group {group_id!r} does not exist.",
-                    ),
+                missing = convert.error_answer(
+                    admin_pb2.DescribedGroup,
+                    ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"group {group_id!r} does not exist.",
+                    group_id=group_id,
                 )
+                return Result([], lambda: missing)
             selection = current_selection(state)
             if isinstance(selection, NoSelection):
                 reason, name = selection.reason, ""
@@ -290,38 +290,31 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                 [], lambda: convert.described_group(view, self.defaults, now, reason, name)
             )
 
-        def call() -> Any:
+        def call() -> admin_pb2.DescribedGroup:
             validate_group_id(group_id)
             answer = self.manager.execute(
                 group_id, describe, cancelled=lambda: not context.is_active()
             )
-            return answer() if callable(answer) else answer
+            return answer()
 
-        def failed(code: ErrorCode, msg: str) -> Any:
-            return admin_pb2.DescribedGroup(
-                group_id=group_id, error_code=protocol_wire.wire_code(code), error_message=msg
-            )
+        return self._run(
+            "DescribeGroups",
+            call,
+            functools.partial(convert.error_answer, admin_pb2.DescribedGroup, group_id=group_id),
+        )
 
-        return self._run("DescribeGroups", call, failed)
-
-    def FindCoordinator(self, request: Any, context: grpc.ServicerContext) -> Any:
-        def answer(address: str) -> Any:
-            host, _, port = address.rpartition(":")
-            return admin_pb2.FindCoordinatorResponse(
-                host=host, port=int(port) if port.isdigit() else 0, node_id=address
-            )
-
-        def call() -> Any:
+    def FindCoordinator(
+        self, request: admin_pb2.FindCoordinatorRequest, context: Context
+    ) -> admin_pb2.FindCoordinatorResponse:
+        def call() -> admin_pb2.FindCoordinatorResponse:
             validate_group_id(request.group_id)
             try:
-                return answer(self.manager.owner_address(request.group_id))
+                return convert.found_coordinator(self.manager.owner_address(request.group_id))
             except NotOwner as other:
-                return answer(other.owner_address)
+                return convert.found_coordinator(other.owner_address)
 
         return self._run(
             "FindCoordinator",
             call,
-            lambda code, msg: admin_pb2.FindCoordinatorResponse(
-                error_code=protocol_wire.wire_code(code), error_message=msg
-            ),
+            functools.partial(convert.error_answer, admin_pb2.FindCoordinatorResponse),
         )
