@@ -175,7 +175,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--max-workers",
         type=int,
         default=_env("GRPC_MAX_WORKERS", 32),
-        help="gRPC worker threads (GRPC_MAX_WORKERS)",
+        help="threads for calls that may wait for a group or the database; steady heartbeats "
+        "are answered on the gRPC event loop (GRPC_MAX_WORKERS)",
     )
     _add_max_message_bytes(p, "the server")
     p.add_argument(
