@@ -1,42 +1,31 @@
 """The agent's runtime: drives the pure `Membership` machine with real gRPC, real listener calls
-and a real clock.
+and a real clock. It owns `Agent`, its `AgentSettings` and the loop; the calls to the coordinator
+are `transport`'s, the assignment computation is `assigning`'s.
 
 One loop thread owns the machine's schedule: it polls the machine, sends heartbeats (each with a
 deadline), asks FindCoordinator and reconnects. Listener calls run on a work thread, in order, with
 retries (a failing hook leaves its revocation unacknowledged, DESIGN 2.3); an assignment
 computation (Prepare, assign, Install) runs on a thread of its own, so heartbeats go on while
 either is busy. Every access to the machine holds one lock.
-
-Every channel sends and accepts messages of up to `AgentSettings.max_message_bytes`. A call that
-fails with RESOURCE_EXHAUSTED (a message over a limit, here or at the coordinator) will fail the
-same way until someone raises a limit, so it is not retried at once: an assignment computation
-waits an exponentially growing, jittered time before it reports done (which would otherwise send
-a heartbeat at once, be asked to compute again and loop), and the condition is logged once when it
-starts and once when it ends, naming the flags that raise the limits.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-
-import grpc
-from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
 
 from connect_protocol import wire as protocol_wire
 from connect_protocol.errors import ErrorCode
-from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
-from connect_protocol.messages import Assignor
-from connect_protocol.resources import EMPTY, ResourceSet
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol.messages import Assignor, HeartbeatRequest
+from connect_protocol.resources import ResourceSet
 
-from . import wire
-from .assignor import AssignmentResult, ConnectAssignor
+from .assigning import AssignmentComputation
+from .assignor import ConnectAssignor
 from .listener import EventKind, RebalanceEvent, WorkerRebalanceListener, call_with_retry, dispatch
 from .membership import (
     Action,
@@ -50,6 +39,7 @@ from .membership import (
     StopWork,
 )
 from .status import StatusServer
+from .transport import Backoff, Transport, TransportError
 
 log = logging.getLogger("worker_agent")
 
@@ -101,39 +91,6 @@ def advertised(assignors: Sequence[ConnectAssignor]) -> tuple[Assignor, ...]:
     return tuple(out)
 
 
-class _Backoff:
-    """Exponential backoff with jitter: each wait is a random time between half and all of the
-    current step, which starts at `initial_s` and doubles up to `max_s`."""
-
-    def __init__(self, initial_s: float, max_s: float) -> None:
-        if initial_s <= 0 or max_s < initial_s:
-            raise ValueError("need 0 < initial_s <= max_s")
-        self._initial_s = initial_s
-        self._max_s = max_s
-        self._step_s = initial_s
-
-    def next_wait_s(self) -> float:
-        wait_s = self._step_s * (0.5 + 0.5 * random.random())
-        self._step_s = min(self._step_s * 2, self._max_s)
-        return wait_s
-
-    def reset(self) -> None:
-        self._step_s = self._initial_s
-
-
-class _Connection:
-    """A channel to one coordinator address, with its stubs."""
-
-    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
-        self.address = address
-        self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
-        self.coordinator = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self.channel)
-        self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
-
-    def close(self) -> None:
-        self.channel.close()
-
-
 class Agent:
     """One worker's membership in one group. `run()` blocks until the agent has left.
 
@@ -167,14 +124,21 @@ class Agent:
         self._wake = threading.Event()
         self._stop_requested = threading.Event()
         self._abandon = threading.Event()  # stop retrying listener calls: the process exits
-        self._connection = self._connect(settings.coordinators[0])
-        self._too_large_backoff = _Backoff(
-            settings.too_large_initial_backoff_s, settings.too_large_max_backoff_s
+        self._transport = Transport(settings.coordinators, settings.max_message_bytes)
+        self._assigning = AssignmentComputation(
+            group_id=settings.group_id,
+            member_id=settings.member_id,
+            assignors=settings.assignors,
+            transport=self._transport,
+            member_epoch=lambda: self.member_epoch,
+            rpc_timeout_s=settings.rpc_timeout_s,
+            too_large_backoff=Backoff(
+                settings.too_large_initial_backoff_s, settings.too_large_max_backoff_s
+            ),
+            stop=self._stop_requested,
         )
-        self._too_large: set[str] = set()  # RPCs whose last call failed with RESOURCE_EXHAUSTED
         self._work = ThreadPoolExecutor(1, thread_name_prefix="listener")
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="assignor")
-        self._last_installed_epoch = -1
         self._leave_deadline: float | None = None
 
     # --- control -------------------------------------------------------------------------
@@ -215,7 +179,7 @@ class Agent:
             "agent starting: group %s, member %s, coordinator %s, assignors %s",
             self.settings.group_id,
             self.settings.member_id,
-            self._connection.address,
+            self._transport.address,
             [f"{a.name}[{a.minimum_version}-{a.maximum_version}]" for a in self.settings.assignors],
         )
         try:
@@ -223,7 +187,7 @@ class Agent:
         finally:
             self._work.shutdown(wait=True, cancel_futures=False)
             self._compute.shutdown(wait=True, cancel_futures=True)
-            self._connection.close()
+            self._transport.close()
             if self.status is not None:
                 self.status.set_not_ready("the agent has left the group")
             log.info(
@@ -279,45 +243,6 @@ class Agent:
             case FindCoordinator(reason=reason):
                 self._find_coordinator(reason)
 
-    def _connect(self, address: str) -> _Connection:
-        return _Connection(address, self.settings.max_message_bytes)
-
-    # --- RESOURCE_EXHAUSTED ----------------------------------------------------------------
-
-    def _note_call(self, rpc: str, error: grpc.RpcError | None) -> bool:
-        """Record how a call of `rpc` ended (`error` None: it was answered). Logs when its
-        calls start failing with RESOURCE_EXHAUSTED and when they stop; returns whether this
-        one did."""
-        too_large = error is not None and _status(error) is grpc.StatusCode.RESOURCE_EXHAUSTED
-        if too_large and rpc not in self._too_large:
-            self._too_large.add(rpc)
-            assert error is not None
-            log.error(
-                "%s failed: a message exceeded the gRPC message size limit (%s). Retrying with "
-                "backoff; logged again only once it works. %s",
-                rpc,
-                _rpc_error(error),
-                self._raise_limit_hint(error),
-            )
-        elif not too_large and rpc in self._too_large and error is None:
-            self._too_large.discard(rpc)
-            log.warning("%s works again: its messages fit the size limit", rpc)
-        return too_large
-
-    def _raise_limit_hint(self, error: grpc.RpcError) -> str:
-        """Which flag raises the limit that was hit (gRPC's details say whose it was)."""
-        details = error.details() if hasattr(error, "details") else ""
-        agent = (
-            "`worker-agent run --max-message-bytes` (WORKER_AGENT_MAX_MESSAGE_BYTES, now "
-            f"{self.settings.max_message_bytes})"
-        )
-        coordinator = "`coordinator-svc serve --max-message-bytes` (COORDINATOR_MAX_MESSAGE_BYTES)"
-        if details and details.startswith("CLIENT:"):
-            return f"It is this agent's limit: raise it with {agent}."
-        if details and details.startswith("SERVER:"):
-            return f"It is the coordinator's limit: raise it with {coordinator}."
-        return f"Raise the limits with {agent} and {coordinator}; both sides must allow it."
-
     # --- heartbeats ------------------------------------------------------------------------
 
     def _call_timeout_s(self) -> float:
@@ -330,19 +255,17 @@ class Agent:
             timeout = min(timeout, max(0.05, (fence_at - self._clock_ms()) / 1000))
         return timeout
 
-    def _heartbeat(self, request: Any) -> None:
+    def _heartbeat(self, request: HeartbeatRequest) -> None:
         try:
-            answer = self._connection.coordinator.ConnectGroupHeartbeat(
-                protocol_wire.heartbeat_request_to_wire(request), timeout=self._call_timeout_s()
+            answer = self._transport.heartbeat(
+                protocol_wire.heartbeat_request_to_wire(request), self._call_timeout_s()
             )
-        except grpc.RpcError as error:
+        except TransportError as error:
             # The machine backs the next heartbeat off (at most a heartbeat interval apart), so
             # even a heartbeat that is too large is not retried in a tight loop.
-            self._note_call("ConnectGroupHeartbeat", error)
             with self._lock:
-                self.machine.on_heartbeat_failed(_rpc_error(error), self._clock_ms())
+                self.machine.on_heartbeat_failed(str(error), self._clock_ms())
             return
-        self._note_call("ConnectGroupHeartbeat", None)
         response = protocol_wire.heartbeat_response_from_wire(answer)
         with self._lock:
             before = self.machine.assigned
@@ -372,32 +295,7 @@ class Agent:
                 log.exception("assignor %s failed in on_assignment", assignor.name)
 
     def _find_coordinator(self, reason: str) -> None:
-        log.info("looking for the coordinator of %s (%s)", self.settings.group_id, reason)
-        candidates = [self._connection.address] + [
-            a for a in self.settings.coordinators if a != self._connection.address
-        ]
-        found: str | None = None
-        for address in candidates:
-            connection = (
-                self._connection if address == self._connection.address else self._connect(address)
-            )
-            try:
-                resp = connection.admin.FindCoordinator(
-                    wire.find_coordinator_request(self.settings.group_id),
-                    timeout=self._call_timeout_s(),
-                )
-            except grpc.RpcError as error:
-                log.warning("FindCoordinator at %s failed: %s", address, _rpc_error(error))
-                resp = None
-            if connection is not self._connection:
-                connection.close()
-            if resp is not None and resp.error_code == 0 and resp.host:
-                found = f"{resp.host}:{resp.port}"
-                break
-        if found is not None and found != self._connection.address:
-            log.info("coordinator of %s is %s; reconnecting", self.settings.group_id, found)
-            old, self._connection = self._connection, self._connect(found)
-            old.close()
+        self._transport.find_coordinator(self.settings.group_id, reason, self._call_timeout_s)
         with self._lock:
             self.machine.coordinator_found(self._clock_ms())
 
@@ -441,108 +339,11 @@ class Agent:
 
     def _compute_assignment(self) -> None:
         try:
-            self._prepare_assign_install()
-            self._too_large_backoff.reset()
-        except _TooLarge:
-            # Reporting done at once would heartbeat, be asked to compute again and fail the
-            # same way, in a tight loop: wait first (a stop ends the wait).
-            wait_s = self._too_large_backoff.next_wait_s()
-            log.debug("computing the assignment again in %.2f s at the earliest", wait_s)
-            self._stop_requested.wait(wait_s)
-        except Exception:
-            log.exception("computing the assignment failed")
+            self._assigning.run()
         finally:
             with self._lock:
                 self.machine.compute_done(self._clock_ms())
             self._wake.set()
-
-    def _prepare_assign_install(self) -> None:
-        s = self.settings
-        with self._lock:
-            epoch = self.machine.epoch
-        prepared = self._call(
-            "ConnectGroupPrepareAssignment",
-            self._connection.coordinator.ConnectGroupPrepareAssignment,
-            wire.prepare_request(s.group_id, s.member_id, epoch),
-        )
-        if prepared.error_code != 0:
-            log.warning(
-                "PrepareAssignment refused: %s %s",
-                protocol_wire.error_code(prepared.error_code).name,
-                prepared.error_message,
-            )
-            return
-        if prepared.group_epoch == self._last_installed_epoch:
-            return  # computed already; the group will move on
-        group = wire.group_view(prepared)
-        assignor = next((a for a in s.assignors if a.name == group.assignor_name), None)
-        started = time.perf_counter()
-        if assignor is None:
-            result = AssignmentResult(
-                error=1, error_message=f"this agent has no assignor {group.assignor_name!r}"
-            )
-        else:
-            try:
-                result = assignor.assign(group)
-            except Exception as error:
-                log.exception("assignor %s failed", assignor.name)
-                result = AssignmentResult(error=1, error_message=f"{type(error).__name__}: {error}")
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        with self._lock:
-            epoch = self.machine.epoch
-        answer = self._call(
-            "ConnectGroupInstallAssignment",
-            self._connection.coordinator.ConnectGroupInstallAssignment,
-            wire.install_request(
-                s.group_id, s.member_id, epoch, group.group_epoch, result, group.assignor_version
-            ),
-        )
-        if answer.error_code != 0:
-            log.warning(
-                "InstallAssignment for group epoch %d refused: %s %s",
-                group.group_epoch,
-                protocol_wire.error_code(answer.error_code).name,
-                answer.error_message,
-            )
-            return
-        self._last_installed_epoch = group.group_epoch
-        log.info(
-            "installed the target of group epoch %d (%s v%d, %.1f ms, %d members%s)",
-            group.group_epoch,
-            group.assignor_name,
-            group.assignor_version,
-            elapsed_ms,
-            len(group.members),
-            f", rebalance in {result.scheduled_rebalance_delay_ms} ms"
-            if result.scheduled_rebalance_delay_ms
-            else "",
-        )
-
-    def _call(self, rpc: str, method: Callable[..., Any], request: Any) -> Any:
-        """One call of the assignment computation; RESOURCE_EXHAUSTED raises `_TooLarge`."""
-        try:
-            answer = method(request, timeout=self.settings.rpc_timeout_s)
-        except grpc.RpcError as error:
-            if self._note_call(rpc, error):
-                raise _TooLarge(rpc) from error
-            raise
-        self._note_call(rpc, None)
-        return answer
-
-
-class _TooLarge(Exception):
-    """A call failed with RESOURCE_EXHAUSTED: a message exceeded a size limit (logged)."""
-
-
-def _status(error: grpc.RpcError) -> grpc.StatusCode | None:
-    code = error.code() if hasattr(error, "code") else None
-    return code if isinstance(code, grpc.StatusCode) else None
-
-
-def _rpc_error(error: grpc.RpcError) -> str:
-    code = error.code() if hasattr(error, "code") else None
-    details = error.details() if hasattr(error, "details") else str(error)
-    return f"{getattr(code, 'name', code)}: {details}"
 
 
 def _describe(resources: ResourceSet) -> str:
@@ -551,4 +352,4 @@ def _describe(resources: ResourceSet) -> str:
     return ", ".join(resources.sorted_connectors() + [str(t) for t in resources.sorted_tasks()])
 
 
-__all__ = ["EMPTY", "Agent", "AgentSettings", "advertised", "monotonic_ms"]
+__all__ = ["Agent", "AgentSettings", "advertised", "monotonic_ms"]
