@@ -86,8 +86,9 @@ def compute_job(
     target: str, max_bytes: int, group: str, member_id: str, epoch: int, last_installed: int
 ) -> dict[str, Any]:
     """The first part of the agent's Prepare -> assign() -> Install
-    (`worker_agent/assigning.py`), timed step by step: Prepare, decode (`wire.group_view`), the assignor's `assign()`, encode (`wire.install_request`). Runs in
-    the compute worker process, so that `assign()` is not slowed by the event loop; the install
+    (`worker_agent/assigning.py`), timed step by step: Prepare, decode (`wire.group_view`), the
+    assignor's `assign()`, encode (`wire.install_request`). Runs in the compute worker process,
+    so that `assign()` is not slowed by the event loop; the install
     request comes back serialized and is sent by the member, with the epoch it has by then (as
     the agent reads its epoch again before installing)."""
     global _compute_stub
