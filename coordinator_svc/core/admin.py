@@ -19,7 +19,7 @@ from connect_protocol.messages import (
 from .change import GroupChange
 from .model import Connector, GroupConfigDefaults, GroupState
 from .records import EventType
-from .results import Result
+from .results import Result, refused
 from .validation import validate_alter_configs, validate_delete_connector, validate_put_connector
 from .wire_size import prepare_bytes
 
@@ -35,7 +35,7 @@ def put_connector(
         if not validated:
             validate_put_connector(req)
     except CoordinatorError as error:
-        return Result([], PutConnectorResponse(error.code, error.message))
+        return refused(PutConnectorResponse, error)
     change = GroupChange(state, req.group_id, now_ms, defaults)
     existing = change.connector(req.connector)
     connector = Connector(req.connector, req.task_count, MappingProxyType(dict(req.config)))
@@ -92,7 +92,7 @@ def delete_connector(
                 f"connector {req.connector!r} is not in the catalogue of group {req.group_id!r}."
             )
     except CoordinatorError as error:
-        return Result([], DeleteConnectorResponse(error.code, error.message))
+        return refused(DeleteConnectorResponse, error)
     change = GroupChange(state, req.group_id, now_ms, defaults)
     change.remove_connector(req.connector)
     change.event(EventType.CONNECTOR_DELETED, connector=req.connector, caller=req.caller)
@@ -124,7 +124,7 @@ def alter_configs(
                 f"than {SESSION_TIMEOUT_MS} ({effective[SESSION_TIMEOUT_MS]})."
             )
     except CoordinatorError as error:
-        return Result([], AlterConfigsResponse(error.code, error.message))
+        return refused(AlterConfigsResponse, error)
     if configs != change.configs():
         told = change.fencing_session_ms()
         if int(effective[SESSION_TIMEOUT_MS]) < told:

@@ -38,7 +38,7 @@ from .model import (
     TargetEntry,
 )
 from .records import EventType
-from .results import ASSIGNOR, SCHEDULED_REBALANCE, Result
+from .results import ASSIGNOR, SCHEDULED_REBALANCE, Result, refused
 from .selection import GroupProfiles, NoSelection, Selection, select_with
 from .validation import validate_install, validate_prepare
 
@@ -103,7 +103,7 @@ def start_prepare(
             validate_prepare(req)
         state, _member = _assignor_member(state, req.group_id, req.member_id, req.member_epoch)
     except CoordinatorError as error:
-        return Result([], PrepareResponse(error.code, error.message))
+        return refused(PrepareResponse, error)
     selection = current_selection(state)
     assert isinstance(selection, Selection), "an assignor member implies a selection"
     change = GroupChange(state, req.group_id, now_ms, defaults)
@@ -253,7 +253,7 @@ def install_assignment(
                 _validate_against(snapshot, req)
             _install(change, req, plan)
     except CoordinatorError as error:
-        return Result([], InstallResponse(error.code, error.message))
+        return refused(InstallResponse, error)
     return Result(change.records(), InstallResponse(), change.timers)
 
 

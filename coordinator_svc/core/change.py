@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from connect_protocol.configs import SESSION_TIMEOUT_MS, config_int
+from connect_protocol.configs import config_int
 from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources
 
 from .model import (
@@ -23,6 +23,7 @@ from .model import (
     Member,
     MemberState,
     TargetAssignment,
+    fencing_session_ms,
 )
 from .records import (
     ConfigRecord,
@@ -181,7 +182,7 @@ class GroupChange:
 
     def fencing_session_ms(self) -> int:
         """See `GroupState.fencing_session_ms`: what session expiry and holds must wait for."""
-        return max(self.config_int(SESSION_TIMEOUT_MS), self.meta.session_floor(self.now_ms))
+        return fencing_session_ms(self.configs(), self.meta, self.now_ms, self.defaults)
 
     def effective_configs(self) -> dict[str, str]:
         return {**self.defaults.as_map(), **self.configs()}

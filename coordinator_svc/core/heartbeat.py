@@ -29,7 +29,7 @@ from .change import GroupChange
 from .model import GroupConfigDefaults, GroupState, Member, MemberState
 from .reconciliation import free_in, reconcile
 from .records import EventType
-from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result
+from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
 from .selection import NoSelection, select_with
 from .validation import validate_heartbeat
 
@@ -52,14 +52,13 @@ def heartbeat(
         if state is not None:
             interval = state.config_int(HEARTBEAT_INTERVAL_MS, defaults)
             session = state.config_int(SESSION_TIMEOUT_MS, defaults)
-        response = HeartbeatResponse(
-            error.code,
-            error.message,
+        return refused(
+            HeartbeatResponse,
+            error,
             member_epoch=req.member_epoch,
             heartbeat_interval_ms=interval,
             session_timeout_ms=session,
         )
-        return Result([], response)
 
 
 class _Heartbeat:

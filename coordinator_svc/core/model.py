@@ -300,7 +300,7 @@ class GroupState:
     def fencing_session_ms(self, now_ms: int, defaults: GroupConfigDefaults) -> int:
         """The session timeout the coordinator's own timers use (expiry, holds): the configured
         one, or a higher one members may still fence themselves by after it was lowered."""
-        return max(self.config_int(SESSION_TIMEOUT_MS, defaults), self.meta.session_floor(now_ms))
+        return fencing_session_ms(self.configs, self.meta, now_ms, defaults)
 
     # --- owner index, maintained by replay ---
 
@@ -370,3 +370,12 @@ class GroupState:
             for name in (hold.resources & resources).names():
                 held[name] = f"hold:{hold.member_id}"
         return held
+
+
+def fencing_session_ms(
+    configs: Mapping[str, str], meta: GroupMeta, now_ms: int, defaults: GroupConfigDefaults
+) -> int:
+    """The session timeout the coordinator's own timers use (expiry, holds): the configured one,
+    or a higher one members may still fence themselves by after it was lowered."""
+    configured = config_int(configs, SESSION_TIMEOUT_MS, defaults.session_timeout_ms)
+    return max(configured, meta.session_floor(now_ms))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from connect_protocol.errors import CoordinatorError, ErrorCode
 
 from .records import Record
 
@@ -42,3 +45,10 @@ class Result(Generic[R]):
     @property
     def writes(self) -> bool:
         return bool(self.records)
+
+
+def refused(answer: Callable[..., R], error: CoordinatorError, **fields: Any) -> Result[R]:
+    """The one way a handler answers a refused request: nothing written, no timer changed, the
+    response `answer(code, message, **fields)` carrying the error."""
+    code: ErrorCode = error.code
+    return Result([], answer(code, error.message, **fields))
