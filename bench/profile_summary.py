@@ -23,7 +23,7 @@ LINE = re.compile(r"^thread \((\d+)\): ([^;]*);(.*) (\d+)$")
 # running function outwards): a JSON dump inside a log call counts as logging, one inside
 # psycopg as the store, a threading.Condition inside gRPC's server as gRPC plumbing.
 CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
-    ("sql store / driver", ("sqlalchemy/", "psycopg/", "store/sql_store.py", "store/rows.py")),
+    ("sql store / driver", ("sqlalchemy/", "psycopg/", "coordinator_svc/store/", "store/rows.py")),
     ("logging (structured json)", ("logging/", "coordinator_svc/logs.py")),
     ("metrics (prometheus_client)", ("prometheus_client/",)),
     ("core: assignor selection", ("core/selection.py", "Assignor.covers")),

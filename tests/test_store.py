@@ -454,10 +454,10 @@ def test_a_process_paused_inside_a_transaction_does_not_block_takeover(
     try:
         lease = paused.try_acquire(GROUP)
         assert isinstance(lease, Lease)
-        conn = paused._engine.connect()  # the paused process's open transaction
+        conn = paused._db.engine.connect()  # the paused process's open transaction
         try:
             conn.begin()
-            conn.execute(paused._lease_check, {"p_group": GROUP})
+            conn.execute(paused._leases.sql.check, {"p_group": GROUP})
             got: list[Lease | LeaseHolder | BaseException] = []
 
             def take_over() -> None:
@@ -481,7 +481,7 @@ def test_a_process_paused_inside_a_transaction_does_not_block_takeover(
             assert got[0].owner_id == "coord-b" and got[0].token == lease.token + 1
             # When the paused process resumes, its transaction is gone: nothing it does counts.
             with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction"):
-                conn.execute(paused._lease_check, {"p_group": GROUP})
+                conn.execute(paused._leases.sql.check, {"p_group": GROUP})
         finally:
             conn.invalidate()
             conn.close()
@@ -628,10 +628,10 @@ def test_a_member_that_only_moves_to_a_new_epoch_gets_a_narrow_update(
 
 
 def test_a_commit_narrows_a_member_only_if_every_change_of_it_was_epoch_only() -> None:
-    from coordinator_svc.store.sql_store import _Plan
+    from coordinator_svc.store.state_writes import Plan
 
     member = Member("w1", 3, assigned=ResourceSet.of(["A"]))
     moved = dataclasses.replace(member, member_epoch=4, previous_epoch=3)
-    full = _Plan.of(GROUP, [MemberRecord(GROUP, member), MemberRecord(GROUP, moved, True)])
-    narrow = _Plan.of(GROUP, [MemberRecord(GROUP, moved, True)])
+    full = Plan.of(GROUP, [MemberRecord(GROUP, member), MemberRecord(GROUP, moved, True)])
+    narrow = Plan.of(GROUP, [MemberRecord(GROUP, moved, True)])
     assert full.epoch_only == set() and narrow.epoch_only == {"w1"}

@@ -1,0 +1,237 @@
+"""Group leases: taking, renewing, releasing and naming the holder of a group's lease, and the
+check a commit makes of its lease, all in SQL against the database's clock (DESIGN 3.16), with
+the fencing token that a new tenure increments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection
+
+from . import schema
+from .engine import Database
+from .errors import Lease, LeaseHolder, LeaseLost
+
+NO_TOKEN = -1
+RENEW_CHUNK = 500  # leases renewed per statement on SQLite (its parameter limit is 32,766)
+
+_L = schema.group_leases.c
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStatements:
+    """The prepared lease statements of one store (parameters `p_*`, plus `Database.time_params`
+    on SQLite)."""
+
+    check: sa.Select[Any]  # the lease row, locked FOR UPDATE, and whether it is live
+    acquire: sa.Executable  # take or extend; returns the token, or no row if held by another
+    holder_any: sa.Select[Any]
+    holder_live: sa.Select[Any]
+    renew: sa.Executable  # by an IN list of (group, token) keys
+    renew_arrays: sa.Executable | None  # by two arrays of keys: PostgreSQL only
+    release: sa.Executable
+
+    @staticmethod
+    def build(db: Database) -> LeaseStatements:
+        now, until = db.now(), db.until()
+        t_leases = schema.group_leases
+        check = (
+            sa.select(
+                _L.owner_id,
+                _L.token,
+                _L.advertised_address,
+                _L.lease_until,
+                (_L.lease_until > now).label("live"),
+            )
+            .where(_L.group_id == sa.bindparam("p_group"))
+            .with_for_update()
+        )
+        insert = db.insert(t_leases).values(
+            group_id=sa.bindparam("p_group"),
+            owner_id=sa.bindparam("p_owner"),
+            advertised_address=sa.bindparam("p_address"),
+            token=1,
+            lease_until=until,
+            acquired_at=now,
+        )
+        # Ours (this process, by owner id AND the token it holds: a restarted process reusing an
+        # id must not extend its paused predecessor's tenure) and not lapsed.
+        ours = (_L.owner_id == insert.excluded.owner_id) & (
+            _L.token == sa.bindparam("p_token", type_=sa.Integer())
+        )
+        ours_and_live = ours & (_L.lease_until > now)
+        acquire = insert.on_conflict_do_update(
+            index_elements=[_L.group_id],
+            set_={
+                "owner_id": insert.excluded.owner_id,
+                "advertised_address": insert.excluded.advertised_address,
+                # A new tenure (other owner, or ours after it lapsed) gets a new fencing token.
+                "token": sa.case((ours_and_live, _L.token), else_=_L.token + 1),
+                "lease_until": insert.excluded.lease_until,
+                "acquired_at": sa.case(
+                    (ours_and_live, _L.acquired_at), else_=insert.excluded.acquired_at
+                ),
+            },
+            where=ours | (_L.lease_until <= now),
+        ).returning(_L.token)
+        holder_any = sa.select(_L.owner_id, _L.advertised_address, _L.lease_until).where(
+            _L.group_id == sa.bindparam("p_group")
+        )
+        renew = (
+            sa.update(t_leases)
+            .where(
+                _L.owner_id == sa.bindparam("p_owner"),
+                _L.lease_until > now,
+                sa.tuple_(_L.group_id, _L.token).in_(sa.bindparam("p_keys", expanding=True)),
+            )
+            .values(lease_until=until)
+            .returning(_L.group_id, _L.token)
+        )
+        renew_arrays = None
+        if not db.sqlite:
+            # The keys as two arrays: two parameters for any number of groups (an IN list of
+            # tuples overflows PostgreSQL's parameter limit past ~30,000 groups).
+            keys = sa.select(
+                sa.func.unnest(sa.bindparam("p_groups", type_=postgresql.ARRAY(sa.String))).label(
+                    "group_id"
+                ),
+                sa.func.unnest(
+                    sa.bindparam("p_tokens", type_=postgresql.ARRAY(sa.BigInteger))
+                ).label("token"),
+            ).subquery("keys")
+            renew_arrays = (
+                sa.update(t_leases)
+                .where(
+                    _L.owner_id == sa.bindparam("p_owner"),
+                    _L.lease_until > now,
+                    _L.group_id == keys.c.group_id,
+                    _L.token == keys.c.token,
+                )
+                .values(lease_until=until)
+                .returning(_L.group_id, _L.token)
+            )
+        release = (
+            sa.update(t_leases)
+            .where(
+                _L.group_id == sa.bindparam("p_group"),
+                _L.owner_id == sa.bindparam("p_owner"),
+                _L.token == sa.bindparam("p_token"),
+                _L.lease_until > now,
+            )
+            .values(lease_until=now)
+        )
+        return LeaseStatements(
+            check=check,
+            acquire=acquire,
+            holder_any=holder_any,
+            holder_live=holder_any.where(_L.lease_until > now),
+            renew=renew,
+            renew_arrays=renew_arrays,
+            release=release,
+        )
+
+
+class Leases:
+    """The leases one process (`owner_id`, reachable at `advertised_address`) takes and keeps;
+    `SqlStore` documents each operation."""
+
+    def __init__(self, db: Database, owner_id: str, advertised_address: str, lease_ms: int) -> None:
+        self._db = db
+        self._owner_id = owner_id
+        self._advertised_address = advertised_address
+        self._lease_ms = lease_ms
+        self.sql = LeaseStatements.build(db)
+
+    def _local_expiry(self, started: float) -> float:
+        return started + self._lease_ms / 1000
+
+    def try_acquire(self, group_id: str, held: Lease | None) -> Lease | LeaseHolder:
+        started = time.monotonic()
+        params = {
+            "p_group": group_id,
+            "p_owner": self._owner_id,
+            "p_token": held.token if held is not None and held.group_id == group_id else NO_TOKEN,
+            "p_address": self._advertised_address,
+            **self._db.time_params(),
+        }
+
+        def acquire(conn: Connection) -> Lease | LeaseHolder:
+            token = conn.execute(self.sql.acquire, params).scalar_one_or_none()
+            if token is not None:
+                return Lease(group_id, self._owner_id, int(token), self._local_expiry(started))
+            # Not taken: the conflicting row is locked by the upsert, so this is its holder.
+            row = conn.execute(self.sql.holder_any, params).one()
+            return LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)
+
+        return self._db.retrying(True, acquire)
+
+    def renew(self, leases: Iterable[Lease]) -> list[Lease]:
+        keys = sorted((lease.group_id, lease.token) for lease in leases)
+        if not keys:
+            return []
+        started = time.monotonic()
+        renew_arrays = self.sql.renew_arrays
+
+        def renew(conn: Connection) -> list[Any]:
+            if renew_arrays is not None:
+                params = {
+                    "p_owner": self._owner_id,
+                    "p_groups": [k[0] for k in keys],
+                    "p_tokens": [k[1] for k in keys],
+                }
+                return list(conn.execute(renew_arrays, params).all())
+            out: list[Any] = []
+            for i in range(0, len(keys), RENEW_CHUNK):
+                chunk = keys[i : i + RENEW_CHUNK]
+                params = {"p_owner": self._owner_id, "p_keys": chunk, **self._db.time_params()}
+                out.extend(conn.execute(self.sql.renew, params).all())
+            return out
+
+        renewed = self._db.retrying(True, renew)
+        expiry = self._local_expiry(started)
+        return sorted(
+            (Lease(row.group_id, self._owner_id, int(row.token), expiry) for row in renewed),
+            key=lambda lease: lease.group_id,
+        )
+
+    def release(self, lease: Lease) -> None:
+        params = {
+            "p_group": lease.group_id,
+            "p_owner": lease.owner_id,
+            "p_token": lease.token,
+            **self._db.time_params(),
+        }
+        self._db.retrying(True, lambda conn: conn.execute(self.sql.release, params))
+
+    def holder(self, group_id: str) -> LeaseHolder | None:
+        params = {"p_group": group_id, **self._db.time_params()}
+        row = self._db.retrying(
+            False, lambda conn: conn.execute(self.sql.holder_live, params).one_or_none()
+        )
+        if row is None:
+            return None
+        return LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)
+
+    def check(self, conn: Connection, lease: Lease) -> None:
+        """In a commit's transaction: lock the group's lease row and raise LeaseLost (naming the
+        live holder, if any) unless `lease` is still its live lease by the database's clock."""
+        row = conn.execute(
+            self.sql.check, {"p_group": lease.group_id, **self._db.time_params()}
+        ).one_or_none()
+        if (
+            row is not None
+            and row.live
+            and row.owner_id == lease.owner_id
+            and row.token == lease.token
+        ):
+            return
+        holder = None
+        if row is not None and row.live:
+            holder = LeaseHolder(row.owner_id, row.advertised_address, row.lease_until)
+        raise LeaseLost(lease.group_id, holder)

@@ -1,0 +1,186 @@
+"""Read-only queries: a group's committed state (loaded back through `replay`), the listings of
+groups (ids, ListGroups' summaries, the groups a process adopts) and the audit trail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from coordinator_svc.core import replay
+from coordinator_svc.core.model import GroupState
+from coordinator_svc.core.records import Record
+
+from . import rows, schema
+from .engine import Database
+
+# An empty assignment as each database prints the JSON of `ResourceSet().to_json()`.
+_EMPTY_JSON_TEXT = {
+    False: '{"tasks": [], "connectors": []}',
+    True: '{"connectors": [], "tasks": []}',
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """What ListGroups shows of a group, as the database has it."""
+
+    group_id: str
+    group_epoch: int
+    assignment_epoch: int
+    member_count: int
+    unsettled_members: int  # members (not left) away from the target epoch or share
+
+
+def _plain(row: sa.RowMapping) -> dict[str, Any]:
+    return dict(row)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadStatements:
+    """The prepared listing statements of one store (parameters `p_*`, plus
+    `Database.time_params` on SQLite)."""
+
+    needing_owner: sa.Select[Any]
+    summaries: sa.Select[Any]
+
+    @staticmethod
+    def build(db: Database) -> ReadStatements:
+        now = db.now()
+        gl = schema.group_leases.c
+        g, t, m = schema.groups.c, schema.target_assignments.c, schema.members.c
+        tmc = schema.target_assignment_members.c
+        lease_free = ~sa.exists().where(gl.group_id == g.group_id, gl.lease_until > now)
+        has_members = sa.exists().where(m.group_id == g.group_id)
+        has_schedule = sa.exists().where(
+            t.group_id == g.group_id, t.scheduled_rebalance_at_ms.is_not(None)
+        )
+        json_length = sa.func.json_array_length if db.sqlite else sa.func.jsonb_array_length
+        needing_owner = (
+            sa.select(g.group_id)
+            .where(lease_free, has_members | has_schedule | (json_length(g.holds) > 0))
+            .order_by(g.group_id)
+            .limit(sa.bindparam("p_limit"))
+        )
+        page = (
+            sa.select(g.group_id, g.group_epoch)
+            .where(g.group_id > sa.bindparam("p_after"))
+            .order_by(g.group_id)
+            .limit(sa.bindparam("p_limit"))
+            .subquery("page")
+        )
+        epoch = sa.func.coalesce(t.assignment_epoch, page.c.group_epoch)
+        unsettled = (
+            sa.select(sa.func.count())
+            .select_from(
+                schema.members.outerjoin(
+                    schema.target_assignment_members,
+                    (tmc.group_id == m.group_id) & (tmc.member_id == m.member_id),
+                )
+            )
+            .where(
+                m.group_id == page.c.group_id,
+                m.state != "LEFT",
+                (m.member_epoch != epoch)
+                | (m.state != "STABLE")
+                | (
+                    sa.func.coalesce(
+                        sa.cast(tmc.resources, sa.Text), sa.literal(_EMPTY_JSON_TEXT[db.sqlite])
+                    )
+                    != sa.cast(m.assigned, sa.Text)
+                ),
+            )
+            .scalar_subquery()
+        )
+        members = sa.select(sa.func.count()).where(m.group_id == page.c.group_id).scalar_subquery()
+        summaries = (
+            sa.select(
+                page.c.group_id,
+                page.c.group_epoch,
+                epoch.label("assignment_epoch"),
+                members.label("members"),
+                unsettled.label("unsettled"),
+            )
+            .select_from(page.outerjoin(schema.target_assignments, t.group_id == page.c.group_id))
+            .order_by(page.c.group_id)
+        )
+        return ReadStatements(needing_owner=needing_owner, summaries=summaries)
+
+
+class Reads:
+    """The read-only queries of one store; `SqlStore` documents each."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.sql = ReadStatements.build(db)
+
+    def group_ids(self) -> list[str]:
+        g = schema.groups.c
+        stmt = sa.select(g.group_id).order_by(g.group_id)
+
+        def read(conn: Connection) -> list[str]:
+            return [str(group_id) for group_id in conn.execute(stmt).scalars()]
+
+        return self._db.retrying(False, read)
+
+    def group_summaries(self, after: str, limit: int) -> list[GroupSummary]:
+        def read(conn: Connection) -> list[GroupSummary]:
+            result = conn.execute(self.sql.summaries, {"p_after": after, "p_limit": limit})
+            return [
+                GroupSummary(
+                    row.group_id,
+                    int(row.group_epoch),
+                    int(row.assignment_epoch),
+                    int(row.members),
+                    int(row.unsettled),
+                )
+                for row in result
+            ]
+
+        return self._db.retrying(False, read)
+
+    def groups_needing_owner(self, limit: int) -> list[str]:
+        def read(conn: Connection) -> list[str]:
+            params = {"p_limit": limit, **self._db.time_params()}
+            return [str(g) for g in conn.execute(self.sql.needing_owner, params).scalars()]
+
+        return self._db.retrying(False, read)
+
+    def load_group(self, group_id: str) -> GroupState | None:
+        def read(conn: Connection) -> list[Record] | None:
+            def select(table: sa.Table, *order: sa.ColumnElement[Any]) -> list[dict[str, Any]]:
+                stmt = sa.select(table).where(table.c.group_id == group_id).order_by(*order)
+                return [_plain(row) for row in conn.execute(stmt).mappings()]
+
+            meta = select(schema.groups)
+            if not meta:
+                return None
+            target = select(schema.target_assignments)
+            target_members = select(
+                schema.target_assignment_members,
+                schema.target_assignment_members.c.member_id,
+            )
+            configs = select(schema.group_configs, schema.group_configs.c.name)
+            connectors = select(schema.connectors, schema.connectors.c.name)
+            members = select(schema.members, schema.members.c.member_id)
+            return rows.group_records(
+                meta[0], target[0] if target else None, target_members, configs, connectors, members
+            )
+
+        records = self._db.retrying(False, read)
+        return None if records is None else replay.new_state(records)
+
+    def list_events(
+        self, group_id: str | None, after_id: int, limit: int | None
+    ) -> list[dict[str, Any]]:
+        e = schema.events.c
+        stmt = sa.select(schema.events).where(e.id > after_id).order_by(e.id)
+        if group_id is not None:
+            stmt = stmt.where(e.group_id == group_id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._db.transaction(write=False) as conn:
+            return [_plain(row) for row in conn.execute(stmt).mappings()]

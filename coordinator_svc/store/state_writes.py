@@ -1,0 +1,232 @@
+"""Writing a commit's records to the group state tables and the audit trail: the records reduced to
+their net effect per row (`Plan`), then written with a handful of prepared statements (upserts,
+deletes and one multi-row event insert), since this runs on every state-changing heartbeat.
+Checking the commit's lease is `leases.Leases.check`, in the same transaction (`SqlStore.commit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from coordinator_svc.core.model import Connector, GroupMeta, Member, TargetAssignment
+from coordinator_svc.core.records import (
+    ConfigRecord,
+    ConnectorRecord,
+    ConnectorRemovedRecord,
+    EventRecord,
+    GroupMetaRecord,
+    MemberRecord,
+    MemberRemovedRecord,
+    Record,
+    TargetRecord,
+)
+
+from . import rows, schema
+from .engine import Database
+
+
+@dataclass(slots=True)
+class Plan:
+    """The net effect of a commit's records, per row (later records win, as replay would)."""
+
+    group_id: str
+    meta: GroupMeta | None = None
+    prepared_changed: bool = False
+    configs: Mapping[str, str] | None = None
+    target: TargetAssignment | None = None
+    target_changed: frozenset[str] | None = None  # None: rewrite every member's row
+    connectors: dict[str, Connector | None] = field(default_factory=dict)
+    members: dict[str, Member | None] = field(default_factory=dict)
+    epoch_only: set[str] = field(default_factory=set)  # members whose row needs only epochs
+    events: list[EventRecord] = field(default_factory=list)
+
+    @staticmethod
+    def of(group_id: str, records: Iterable[Record]) -> Plan:
+        plan = Plan(group_id)
+        for record in records:
+            record_group = (
+                record.meta.group_id if isinstance(record, GroupMetaRecord) else record.group_id
+            )
+            if record_group != group_id:
+                raise ValueError(
+                    f"record for group {record_group!r} in a commit under the lease on {group_id!r}"
+                )
+            match record:
+                case GroupMetaRecord(meta=meta, prepared_changed=prepared_changed):
+                    plan.meta = meta
+                    plan.prepared_changed = plan.prepared_changed or prepared_changed
+                case TargetRecord(target=target, changed_members=changed):
+                    if plan.target is None:
+                        plan.target_changed = changed
+                    elif plan.target_changed is not None and changed is not None:
+                        plan.target_changed = plan.target_changed | changed
+                    else:
+                        plan.target_changed = None
+                    plan.target = target
+                case MemberRecord(member=member, epoch_only=epoch_only):
+                    member_id = member.member_id
+                    # Narrow only if every change of the member in this commit was.
+                    narrow = epoch_only and (
+                        member_id not in plan.members or member_id in plan.epoch_only
+                    )
+                    plan.members[member_id] = member
+                    if narrow:
+                        plan.epoch_only.add(member_id)
+                    else:
+                        plan.epoch_only.discard(member_id)
+                case MemberRemovedRecord(member_id=member_id):
+                    plan.members[member_id] = None
+                    plan.epoch_only.discard(member_id)
+                case ConnectorRecord(connector=connector):
+                    plan.connectors[connector.name] = connector
+                case ConnectorRemovedRecord(name=name):
+                    plan.connectors[name] = None
+                case ConfigRecord(configs=configs):
+                    plan.configs = configs
+                case EventRecord():
+                    plan.events.append(record)
+        return plan
+
+
+def _upsert(
+    insert: Callable[[sa.Table], Any], table: sa.Table, keep: Sequence[str] = ()
+) -> sa.Executable:
+    """INSERT ... ON CONFLICT (primary key) DO UPDATE SET every other column, except the columns
+    in `keep`: those are neither sent (a new row gets their default) nor overwritten."""
+    stmt = insert(table)
+    if keep:
+        sent: dict[str, Any] = {
+            c.name: sa.bindparam(c.name) for c in table.columns if c.name not in keep
+        }
+        stmt = stmt.values(sent)
+    keys = [c for c in table.primary_key.columns]
+    return stmt.on_conflict_do_update(  # type: ignore[no-any-return]
+        index_elements=keys,
+        set_={
+            c.name: stmt.excluded[c.name]
+            for c in table.columns
+            if not c.primary_key and c.name not in keep
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteStatements:
+    """The prepared statements `write` runs (rows from `rows`, or parameters `p_*`)."""
+
+    upsert_group: sa.Executable
+    upsert_group_keep_prepared: sa.Executable
+    upsert_member: sa.Executable
+    upsert_connector: sa.Executable
+    upsert_target: sa.Executable
+    update_member_epochs: sa.Executable
+    delete_members: sa.Executable
+    delete_connectors: sa.Executable
+    delete_target_members: sa.Executable
+    delete_some_target_members: sa.Executable
+    insert_target_members: sa.Executable
+    delete_configs: sa.Executable
+    insert_configs: sa.Executable
+    insert_events: sa.Executable
+
+    @staticmethod
+    def build(db: Database) -> WriteStatements:
+        m, c = schema.members.c, schema.connectors.c
+        tm, gc = schema.target_assignment_members, schema.group_configs
+        delete_target_members = sa.delete(tm).where(tm.c.group_id == sa.bindparam("p_group"))
+        return WriteStatements(
+            upsert_group=_upsert(db.insert, schema.groups),
+            # Most metadata changes leave the Prepare snapshot (as large as the group) as it
+            # was: they neither send nor rewrite it.
+            upsert_group_keep_prepared=_upsert(db.insert, schema.groups, keep=("prepared",)),
+            upsert_member=_upsert(db.insert, schema.members),
+            upsert_connector=_upsert(db.insert, schema.connectors),
+            upsert_target=_upsert(db.insert, schema.target_assignments),
+            update_member_epochs=(
+                sa.update(schema.members)
+                .where(
+                    m.group_id == sa.bindparam("p_group"), m.member_id == sa.bindparam("p_member")
+                )
+                .values(
+                    member_epoch=sa.bindparam("p_epoch"),
+                    previous_epoch=sa.bindparam("p_previous"),
+                    state=sa.bindparam("p_state"),
+                )
+            ),
+            delete_members=sa.delete(schema.members).where(
+                m.group_id == sa.bindparam("p_group"),
+                m.member_id.in_(sa.bindparam("p_ids", expanding=True)),
+            ),
+            delete_connectors=sa.delete(schema.connectors).where(
+                c.group_id == sa.bindparam("p_group"),
+                c.name.in_(sa.bindparam("p_ids", expanding=True)),
+            ),
+            delete_target_members=delete_target_members,
+            delete_some_target_members=delete_target_members.where(
+                tm.c.member_id.in_(sa.bindparam("p_ids", expanding=True))
+            ),
+            insert_target_members=sa.insert(tm),
+            delete_configs=sa.delete(gc).where(gc.c.group_id == sa.bindparam("p_group")),
+            insert_configs=sa.insert(gc),
+            insert_events=sa.insert(schema.events),
+        )
+
+
+def write(conn: Connection, sql: WriteStatements, plan: Plan) -> None:
+    """Write `plan` in `conn`'s transaction (whose lease the caller has checked)."""
+    group_id = plan.group_id
+    if plan.meta is not None:
+        row = rows.group_row(plan.meta, with_prepared=plan.prepared_changed)
+        if plan.prepared_changed:
+            conn.execute(sql.upsert_group, row)
+        else:
+            conn.execute(sql.upsert_group_keep_prepared, row)
+    removed_members = [m for m, v in plan.members.items() if v is None]
+    if removed_members:
+        conn.execute(sql.delete_members, {"p_group": group_id, "p_ids": removed_members})
+    removed_connectors = [c for c, v in plan.connectors.items() if v is None]
+    if removed_connectors:
+        conn.execute(sql.delete_connectors, {"p_group": group_id, "p_ids": removed_connectors})
+    put_connectors = [
+        rows.connector_row(group_id, v) for v in plan.connectors.values() if v is not None
+    ]
+    if put_connectors:
+        conn.execute(sql.upsert_connector, put_connectors)
+    if plan.configs is not None:
+        conn.execute(sql.delete_configs, {"p_group": group_id})
+        config_rows = rows.config_rows(group_id, plan.configs)
+        if config_rows:
+            conn.execute(sql.insert_configs, config_rows)
+    if plan.target is not None:
+        conn.execute(sql.upsert_target, rows.target_row(group_id, plan.target))
+        changed = plan.target_changed
+        if changed is None:
+            conn.execute(sql.delete_target_members, {"p_group": group_id})
+        elif changed:
+            ids = {"p_group": group_id, "p_ids": sorted(changed)}
+            conn.execute(sql.delete_some_target_members, ids)
+        target_members = rows.target_member_rows(group_id, plan.target, changed)
+        if target_members:
+            conn.execute(sql.insert_target_members, target_members)
+    put_members = [
+        rows.member_row(group_id, v)
+        for v in plan.members.values()
+        if v is not None and v.member_id not in plan.epoch_only
+    ]
+    if put_members:
+        conn.execute(sql.upsert_member, put_members)
+    moved = [
+        rows.member_epoch_row(group_id, v)
+        for v in plan.members.values()
+        if v is not None and v.member_id in plan.epoch_only
+    ]
+    if moved:
+        conn.execute(sql.update_member_epochs, moved)
+    if plan.events:
+        # executemany: psycopg 3 sends the rows in one pipeline.
+        conn.execute(sql.insert_events, [rows.event_row(e) for e in plan.events])
