@@ -24,7 +24,7 @@ LINE = re.compile(r"^thread \((\d+)\): ([^;]*);(.*) (\d+)$")
 # psycopg as the store, a threading.Condition inside gRPC's server as gRPC plumbing.
 CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("sql store / driver", ("sqlalchemy/", "psycopg/", "coordinator_svc/store/", "store/rows.py")),
-    ("logging (structured json)", ("logging/", "coordinator_svc/logs.py")),
+    ("logging (structured json)", ("logging/", "connect_protocol/logs.py")),
     ("metrics (prometheus_client)", ("prometheus_client/",)),
     ("core: assignor selection", ("core/selection.py", "Assignor.covers")),
     ("replay / state model (owner index)", ("core/replay.py", "core/model.py")),
@@ -37,14 +37,21 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
             "core/assignment.py",
             "core/admin.py",
             "core/validation.py",
-            "core/resources.py",
+            "connect_protocol/resources.py",
+            "connect_protocol/messages.py",
         ),
     ),
-    ("proto <-> core conversion", ("grpc_api/convert.py", "google/protobuf")),
+    (
+        "proto <-> core conversion",
+        ("grpc_api/convert.py", "connect_protocol/wire.py", "google/protobuf"),
+    ),
     ("timers", ("runtime/timer_service.py", "core/timers.py")),
     ("group manager (locks, leases)", ("runtime/groups.py",)),
-    ("servicer glue", ("grpc_api/servicers.py",)),
-    ("grpc server plumbing (threads, queues)", ("grpc/", "concurrent/futures/")),
+    ("servicer glue", ("grpc_api/servicers.py", "grpc_api/aio.py")),
+    (
+        "grpc server plumbing (threads, queues, event loop)",
+        ("grpc/", "concurrent/futures/", "asyncio/"),
+    ),
 ]
 
 
