@@ -8,8 +8,9 @@ JSON summary and a static HTML report.
 
 Modules: `source` (JDBC reading, the pinned snapshot), `snapshot` (the snapshot tables),
 `snapshot_sql` (the derived tables as SQL, per dialect), `events` (event payloads),
-`watermark` (incremental runs), `findings`, `report` (JSON and HTML), `job` (one run), `session`
-(a local Spark session), `cli` (`coordinator-audit-export`) and `spark_submit` (the file to hand
+`watermark` (incremental runs), `findings` (a package, a module per finding), `summary` (the
+JSON summary, collected in Spark), `report` (JSON and HTML), `job` (one run), `session` (a local
+Spark session), `cli` (`coordinator-audit-export`) and `spark_submit` (the file to hand
 to `spark-submit`). The package depends on PySpark only, so it can be shipped to a cluster with
 `--py-files`.
 """
