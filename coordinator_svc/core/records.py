@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, assert_never
 
 from .model import Connector, GroupMeta, Member, TargetAssignment
 
@@ -116,3 +116,54 @@ StateRecord = (
     | ConfigRecord
 )
 Record = StateRecord | EventRecord
+
+
+class RecordVisitor(Protocol):
+    """What each interpreter of records handles: one method per record type. The two
+    interpreters are `replay` (apply to the in-memory state) and the store's write plan (net
+    row writes); `visit` is the one place that tells the types apart, so a new record type is
+    a mypy error in both until they handle it."""
+
+    def meta(self, record: GroupMetaRecord) -> None: ...
+
+    def target(self, record: TargetRecord) -> None: ...
+
+    def member(self, record: MemberRecord) -> None: ...
+
+    def member_removed(self, record: MemberRemovedRecord) -> None: ...
+
+    def connector(self, record: ConnectorRecord) -> None: ...
+
+    def connector_removed(self, record: ConnectorRemovedRecord) -> None: ...
+
+    def configs(self, record: ConfigRecord) -> None: ...
+
+    def event(self, record: EventRecord) -> None: ...
+
+
+def visit(record: Record, visitor: RecordVisitor) -> None:
+    """Hand `record` to the visitor's method for its type."""
+    match record:
+        case GroupMetaRecord():
+            visitor.meta(record)
+        case TargetRecord():
+            visitor.target(record)
+        case MemberRecord():
+            visitor.member(record)
+        case MemberRemovedRecord():
+            visitor.member_removed(record)
+        case ConnectorRecord():
+            visitor.connector(record)
+        case ConnectorRemovedRecord():
+            visitor.connector_removed(record)
+        case ConfigRecord():
+            visitor.configs(record)
+        case EventRecord():
+            visitor.event(record)
+        case _:
+            assert_never(record)
+
+
+def record_group_id(record: Record) -> str:
+    """The group a record belongs to."""
+    return record.meta.group_id if isinstance(record, GroupMetaRecord) else record.group_id

@@ -16,6 +16,7 @@ from .records import (
     MemberRemovedRecord,
     Record,
     TargetRecord,
+    visit,
 )
 
 
@@ -41,45 +42,65 @@ def new_state(records: Iterable[Record]) -> GroupState:
 
 def apply(state: GroupState, record: Record) -> None:
     """Apply one record. Raises IllegalStateError if it would break an invariant."""
-    match record:
-        case GroupMetaRecord(meta=meta):
-            if meta.group_epoch < state.meta.group_epoch:
-                raise IllegalStateError(
-                    f"group epoch of {state.group_id} would go down: "
-                    f"{state.meta.group_epoch} -> {meta.group_epoch}"
-                )
-            state.meta = meta
-        case TargetRecord(target=target):
-            if target.assignment_epoch < state.target.assignment_epoch:
-                raise IllegalStateError(
-                    f"assignment epoch of {state.group_id} would go down: "
-                    f"{state.target.assignment_epoch} -> {target.assignment_epoch}"
-                )
-            if target.assignment_epoch > state.meta.group_epoch:
-                raise IllegalStateError(
-                    f"assignment epoch {target.assignment_epoch} ahead of group epoch "
-                    f"{state.meta.group_epoch} in {state.group_id}"
-                )
-            state.target = target
-        case MemberRecord(member=member):
-            old = state.members.get(member.member_id)
-            if old is not None and member.member_epoch < old.member_epoch:
-                raise IllegalStateError(
-                    f"epoch of member {member.member_id} would go down: "
-                    f"{old.member_epoch} -> {member.member_epoch}"
-                )
-            if member.assigned & member.pending_revocation:
-                raise IllegalStateError(
-                    f"member {member.member_id} has resources both assigned and pending revocation"
-                )
-            state.put_member(member)
-        case MemberRemovedRecord(member_id=member_id):
-            state.remove_member(member_id)
-        case ConnectorRecord(connector=connector):
-            state.put_connector(connector)
-        case ConnectorRemovedRecord(name=name):
-            state.remove_connector(name)
-        case ConfigRecord(configs=configs):
-            state.configs = dict(configs)
-        case EventRecord():
-            pass
+    visit(record, _Apply(state))
+
+
+class _Apply:
+    """Records applied to a state (a `RecordVisitor`), checking the invariants."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: GroupState) -> None:
+        self.state = state
+
+    def meta(self, record: GroupMetaRecord) -> None:
+        state, meta = self.state, record.meta
+        if meta.group_epoch < state.meta.group_epoch:
+            raise IllegalStateError(
+                f"group epoch of {state.group_id} would go down: "
+                f"{state.meta.group_epoch} -> {meta.group_epoch}"
+            )
+        state.meta = meta
+
+    def target(self, record: TargetRecord) -> None:
+        state, target = self.state, record.target
+        if target.assignment_epoch < state.target.assignment_epoch:
+            raise IllegalStateError(
+                f"assignment epoch of {state.group_id} would go down: "
+                f"{state.target.assignment_epoch} -> {target.assignment_epoch}"
+            )
+        if target.assignment_epoch > state.meta.group_epoch:
+            raise IllegalStateError(
+                f"assignment epoch {target.assignment_epoch} ahead of group epoch "
+                f"{state.meta.group_epoch} in {state.group_id}"
+            )
+        state.target = target
+
+    def member(self, record: MemberRecord) -> None:
+        member = record.member
+        old = self.state.members.get(member.member_id)
+        if old is not None and member.member_epoch < old.member_epoch:
+            raise IllegalStateError(
+                f"epoch of member {member.member_id} would go down: "
+                f"{old.member_epoch} -> {member.member_epoch}"
+            )
+        if member.assigned & member.pending_revocation:
+            raise IllegalStateError(
+                f"member {member.member_id} has resources both assigned and pending revocation"
+            )
+        self.state.put_member(member)
+
+    def member_removed(self, record: MemberRemovedRecord) -> None:
+        self.state.remove_member(record.member_id)
+
+    def connector(self, record: ConnectorRecord) -> None:
+        self.state.put_connector(record.connector)
+
+    def connector_removed(self, record: ConnectorRemovedRecord) -> None:
+        self.state.remove_connector(record.name)
+
+    def configs(self, record: ConfigRecord) -> None:
+        self.state.configs = dict(record.configs)
+
+    def event(self, record: EventRecord) -> None:
+        pass

@@ -24,6 +24,8 @@ from coordinator_svc.core.records import (
     MemberRemovedRecord,
     Record,
     TargetRecord,
+    record_group_id,
+    visit,
 )
 
 from . import rows, schema
@@ -48,49 +50,67 @@ class Plan:
     @staticmethod
     def of(group_id: str, records: Iterable[Record]) -> Plan:
         plan = Plan(group_id)
+        fold = _Fold(plan)
         for record in records:
-            record_group = (
-                record.meta.group_id if isinstance(record, GroupMetaRecord) else record.group_id
-            )
+            record_group = record_group_id(record)
             if record_group != group_id:
                 raise ValueError(
                     f"record for group {record_group!r} in a commit under the lease on {group_id!r}"
                 )
-            match record:
-                case GroupMetaRecord(meta=meta, prepared_changed=prepared_changed):
-                    plan.meta = meta
-                    plan.prepared_changed = plan.prepared_changed or prepared_changed
-                case TargetRecord(target=target, changed_members=changed):
-                    if plan.target is None:
-                        plan.target_changed = changed
-                    elif plan.target_changed is not None and changed is not None:
-                        plan.target_changed = plan.target_changed | changed
-                    else:
-                        plan.target_changed = None
-                    plan.target = target
-                case MemberRecord(member=member, epoch_only=epoch_only):
-                    member_id = member.member_id
-                    # Narrow only if every change of the member in this commit was.
-                    narrow = epoch_only and (
-                        member_id not in plan.members or member_id in plan.epoch_only
-                    )
-                    plan.members[member_id] = member
-                    if narrow:
-                        plan.epoch_only.add(member_id)
-                    else:
-                        plan.epoch_only.discard(member_id)
-                case MemberRemovedRecord(member_id=member_id):
-                    plan.members[member_id] = None
-                    plan.epoch_only.discard(member_id)
-                case ConnectorRecord(connector=connector):
-                    plan.connectors[connector.name] = connector
-                case ConnectorRemovedRecord(name=name):
-                    plan.connectors[name] = None
-                case ConfigRecord(configs=configs):
-                    plan.configs = configs
-                case EventRecord():
-                    plan.events.append(record)
+            visit(record, fold)
         return plan
+
+
+class _Fold:
+    """Records folded into a `Plan` (a `RecordVisitor`): later records win, as replay would."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def meta(self, record: GroupMetaRecord) -> None:
+        self.plan.meta = record.meta
+        self.plan.prepared_changed = self.plan.prepared_changed or record.prepared_changed
+
+    def target(self, record: TargetRecord) -> None:
+        plan, changed = self.plan, record.changed_members
+        if plan.target is None:
+            plan.target_changed = changed
+        elif plan.target_changed is not None and changed is not None:
+            plan.target_changed = plan.target_changed | changed
+        else:
+            plan.target_changed = None
+        plan.target = record.target
+
+    def member(self, record: MemberRecord) -> None:
+        plan, member = self.plan, record.member
+        member_id = member.member_id
+        # Narrow only if every change of the member in this commit was.
+        narrow = record.epoch_only and (
+            member_id not in plan.members or member_id in plan.epoch_only
+        )
+        plan.members[member_id] = member
+        if narrow:
+            plan.epoch_only.add(member_id)
+        else:
+            plan.epoch_only.discard(member_id)
+
+    def member_removed(self, record: MemberRemovedRecord) -> None:
+        self.plan.members[record.member_id] = None
+        self.plan.epoch_only.discard(record.member_id)
+
+    def connector(self, record: ConnectorRecord) -> None:
+        self.plan.connectors[record.connector.name] = record.connector
+
+    def connector_removed(self, record: ConnectorRemovedRecord) -> None:
+        self.plan.connectors[record.name] = None
+
+    def configs(self, record: ConfigRecord) -> None:
+        self.plan.configs = record.configs
+
+    def event(self, record: EventRecord) -> None:
+        self.plan.events.append(record)
 
 
 def _upsert(
