@@ -12,6 +12,7 @@ import shlex
 import signal
 import socket
 import sys
+import uuid
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -60,9 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--member-id",
-        default=_env("MEMBER_ID", socket.gethostname()),
-        help="this worker's id, stable across restarts (WORKER_AGENT_MEMBER_ID; default: "
-        "the host name)",
+        default=_env("MEMBER_ID", None),
+        help="this process's member id (WORKER_AGENT_MEMBER_ID). Default: a fresh random id "
+        "per process start (host name + random suffix), as DESIGN 3.2 asks: an explicit id "
+        "must belong to one running process only, for two processes under one id both run "
+        "the same work. The identity that survives restarts is --instance-id.",
     )
     run.add_argument(
         "--instance-id",
@@ -161,13 +164,21 @@ def build_listener(args: argparse.Namespace) -> WorkerRebalanceListener:
     return listeners[0] if len(listeners) == 1 else CompositeListener(listeners)
 
 
+def random_member_id() -> str:
+    """A member id of this process alone (DESIGN 3.2): the host name, for operators reading
+    logs, and 48 random bits, fresh at every start."""
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+
+
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_format == "json")
     coordinators = tuple(a.strip() for a in args.coordinator.split(",") if a.strip())
     if not coordinators:
         print("worker-agent: --coordinator is empty", file=sys.stderr)
         return 2
-    if not args.member_id:
+    if args.member_id is None:
+        args.member_id = random_member_id()
+    elif not args.member_id:
         print("worker-agent: --member-id must not be empty", file=sys.stderr)
         return 2
     if args.rebalance_timeout_ms <= 0:

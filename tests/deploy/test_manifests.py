@@ -431,8 +431,9 @@ def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_gra
     env = container_env(
         agent, PodFacts("connect-worker-2", ns, "10.0.0.7"), r.configmaps(ns), r.secrets(ns)
     )
-    # The pod name, from the Downward API, is the member id and the static instance id.
-    assert env["WORKER_AGENT_MEMBER_ID"] == "connect-worker-2"
+    # The pod name, from the Downward API, is the static instance id; the member id is left
+    # to the agent, a fresh random one per process (DESIGN 3.2: one id, one process).
+    assert "WORKER_AGENT_MEMBER_ID" not in env
     assert env["WORKER_AGENT_INSTANCE_ID"] == "connect-worker-2"
     # Readiness: the agent's /ready, on the port its status endpoint listens on, reachable by
     # the kubelet (not only on the loopback).

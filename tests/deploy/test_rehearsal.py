@@ -259,15 +259,16 @@ class Rehearsal:
         return str(owner)
 
     def assignments(self) -> dict[str, Resources]:
-        return {m.member_id: from_cat(m.current_assignment) for m in self.describe().members}
+        return {m.instance_id: from_cat(m.current_assignment) for m in self.describe().members}
 
     def converged(self, catalogue: dict[str, int]) -> dict[str, Resources] | None:
-        """Per member its assignment, once the group is STABLE with every catalogue resource
-        on exactly one live worker pod, and each sample worker runs exactly its member's share."""
+        """Per member (by its instance id, the pod name: member ids are random per process)
+        its assignment, once the group is STABLE with every catalogue resource on exactly one
+        live worker pod, and each sample worker runs exactly its member's share."""
         group = self.describe()
-        if group.state != "STABLE" or {m.member_id for m in group.members} != set(self.workers):
+        if group.state != "STABLE" or {m.instance_id for m in group.members} != set(self.workers):
             return None
-        shares = {m.member_id: from_cat(m.current_assignment) for m in group.members}
+        shares = {m.instance_id: from_cat(m.current_assignment) for m in group.members}
         everything = sorted(n for share in shares.values() for n in names(share))
         expected = sorted(
             [*catalogue, *(f"{c}-{t}" for c, n in catalogue.items() for t in range(n))]
@@ -351,6 +352,7 @@ def test_dev_topology_survives_a_rolling_restart_and_the_loss_of_the_owning_coor
         rh.wait_worker_ready(pod)
     before = wait_for("the group to converge", lambda: rh.converged(CATALOGUE), 30, rh.diagnostics)
     epoch = rh.describe().group_epoch
+    pod_of = {m.member_id: m.instance_id for m in rh.describe().members}  # ids before the roll
     assert all(names(share) for share in before.values()), before  # everyone has work
     mark = rh.last_event_id()
 
@@ -378,10 +380,11 @@ def test_dev_topology_survives_a_rolling_restart_and_the_loss_of_the_owning_coor
     assert not moved, f"the rolling restart moved work: {moved}"
     # It did go through the static-membership path: each pod left with -2 and came back.
     left = [e for e in events if e["event_type"] == "MEMBER_LEFT"]
-    assert sorted(e["member_id"] for e in left) == sorted(before), kinds
+    assert sorted(pod_of[e["member_id"]] for e in left) == sorted(before), kinds
     assert all(e["payload"]["static"] for e in left), left
     back = [e for e in events if e["event_type"] in ("MEMBER_REJOINED", "STATIC_MEMBER_REPLACED")]
-    assert sorted(e["member_id"] for e in back) == sorted(before), kinds
+    pod_of.update({m.member_id: m.instance_id for m in rh.describe().members})  # the new ids
+    assert sorted(pod_of[e["member_id"]] for e in back) == sorted(before), kinds
 
     # --- the owning coordinator dies ---------------------------------------------------------
     owner = rh.lease_owner()

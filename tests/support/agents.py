@@ -23,6 +23,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -166,8 +167,10 @@ class AgentProcess:
         instance_id: str | None = None,
         rebalance_timeout_ms: int = 10_000,
         rpc_timeout_s: float | None = None,
+        explicit_member_id: bool = True,
     ) -> None:
-        self.member_id = member_id
+        self.member_id = member_id  # the label; also the member id if `explicit_member_id`
+        self.explicit_member_id = explicit_member_id
         self.coordinator = coordinator
         self.group = group
         self.workdir = workdir
@@ -204,8 +207,7 @@ class AgentProcess:
             self.coordinator,
             "--group",
             self.group,
-            "--member-id",
-            self.member_id,
+            *(("--member-id", self.member_id) if self.explicit_member_id else ()),
             "--protocol",
             self.protocol,
             "--exec-hook",
@@ -249,6 +251,19 @@ class AgentProcess:
             Incarnation(label, self.member_id, proc, hook_file, log_file, time.time())
         )
         return self
+
+    def joined_as(self, timeout_s: float = 10.0) -> str:
+        """The member id the current incarnation runs under (its own default when the test
+        gave none), from the agent's start-up log line."""
+        pattern = re.compile(r"agent starting: group \S+, member (\S+),")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in self.current.log_lines("agent starting"):
+                found = pattern.search(line)
+                if found is not None:
+                    return found.group(1)
+            time.sleep(0.05)
+        raise AssertionError(f"{self.current.label} logged no start-up line:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 15.0) -> int:
         """SIGTERM: the agent revokes everything through the hook, leaves, and exits."""
