@@ -30,6 +30,8 @@ from connect_protocol.resources import ResourceSet
 
 MAX_NAME_LENGTH = 249
 MAX_TASKS_PER_CONNECTOR = 100_000
+MAX_URL_LENGTH = 2_048
+MAX_ERROR_MESSAGE_LENGTH = 4_096
 
 
 def _require(condition: bool, rule: str) -> None:
@@ -37,16 +39,26 @@ def _require(condition: bool, rule: str) -> None:
         raise InvalidRequest(rule)
 
 
+def _check_text(value: str, what: str, max_length: int) -> None:
+    """Any string that reaches the database: bounded, and free of the NUL character, which
+    PostgreSQL refuses in text and JSON (a commit that fails on it would cost the whole
+    group its owner for a moment)."""
+    _require(len(value) <= max_length, f"{what} must be at most {max_length} characters.")
+    _require("\x00" not in value, f"{what} must not contain the NUL character.")
+
+
 def _check_name(value: str, what: str) -> None:
     _require(value != "", f"{what} must be non-empty.")
-    _require(len(value) <= MAX_NAME_LENGTH, f"{what} must be at most {MAX_NAME_LENGTH} characters.")
+    _check_text(value, what, MAX_NAME_LENGTH)
 
 
 def _check_resources(resources: ResourceSet, what: str) -> None:
     for c in resources.connectors:
         _require(c != "", f"{what}: connector names must be non-empty.")
+        _check_text(c, f"{what}: a connector name", MAX_NAME_LENGTH)
     for t in resources.tasks:
         _require(t.connector != "", f"{what}: a task's connector must be non-empty.")
+        _check_text(t.connector, f"{what}: a task's connector", MAX_NAME_LENGTH)
         _require(t.task >= 0, f"{what}: task ids must be >= 0 (got {t}).")
 
 
@@ -61,6 +73,11 @@ def validate_heartbeat(req: HeartbeatRequest) -> None:
     _require(req.member_epoch >= STATIC_LEAVE_EPOCH, "MemberEpoch must be >= -2.")
     if req.instance_id is not None:
         _require(req.instance_id != "", "InstanceId, if provided, must be non-empty.")
+        _check_text(req.instance_id, "InstanceId", MAX_NAME_LENGTH)
+    if req.url is not None:
+        _check_text(req.url, "Url", MAX_URL_LENGTH)
+    if req.server_assignor is not None:
+        _check_text(req.server_assignor, "ServerAssignor", MAX_NAME_LENGTH)
     if req.member_epoch == STATIC_LEAVE_EPOCH:
         _require(
             req.instance_id is not None,
@@ -83,6 +100,7 @@ def validate_heartbeat(req: HeartbeatRequest) -> None:
     )
     for a in req.client_assignors or ():
         _require(a.name != "", "Assignor.Name must be non-empty.")
+        _check_text(a.name, "Assignor.Name", MAX_NAME_LENGTH)
         _require(a.minimum_version >= -1, f"Assignor.MinimumVersion must be >= -1 ({a.name}).")
         _require(
             a.maximum_version >= 0 and a.maximum_version >= a.minimum_version,
@@ -117,9 +135,11 @@ def validate_install(req: InstallRequest) -> None:
     _require(req.group_epoch >= 0, "GroupEpoch must be >= 0.")
     _require(req.scheduled_rebalance_delay_ms >= 0, "ScheduledRebalanceDelayMs must be >= 0.")
     _require(-128 <= req.error <= 127, "Error must fit an int8.")
+    _check_text(req.error_message, "ErrorMessage", MAX_ERROR_MESSAGE_LENGTH)
     seen: set[str] = set()
     for m in req.members:
         _require(m.member_id != "", "Members[].MemberId must be non-empty.")
+        _check_text(m.member_id, "Members[].MemberId", MAX_NAME_LENGTH)
         _require(m.member_id not in seen, f"member {m.member_id} is listed twice in Members.")
         seen.add(m.member_id)
         _check_resources(m.resources, f"Members[{m.member_id}].ConnectorsAndTasks")
@@ -132,6 +152,10 @@ def validate_put_connector(req: PutConnectorRequest) -> None:
         0 <= req.task_count <= MAX_TASKS_PER_CONNECTOR,
         f"TaskCount must be between 0 and {MAX_TASKS_PER_CONNECTOR}.",
     )
+    for key, value in req.config.items():
+        _require(key != "", "Config keys must be non-empty.")
+        _require("\x00" not in key, "Config keys must not contain the NUL character.")
+        _require("\x00" not in value, f"Config[{key!r}] must not contain the NUL character.")
 
 
 def validate_delete_connector(req: DeleteConnectorRequest) -> None:
