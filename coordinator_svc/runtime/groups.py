@@ -516,8 +516,15 @@ class GroupManager:
             # The lease is most likely still ours: keep it, so the next request reloads the
             # group at once under the same tenure instead of waiting for the lease to lapse.
             self._drop(group_id, owned, keep_lease=True)
+            # The database's text (SQL, parameters) goes to the log, never to the client.
+            log.warning(
+                "could not persist a change; group reloaded on its next request",
+                exc_info=error,
+                extra=fields(event="commit_failed", group=group_id),
+            )
             raise CoordinatorNotAvailable(
-                f"could not persist the change to group {group_id!r}: {error}"
+                f"could not persist the change to group {group_id!r} "
+                f"({type(error).__name__}; the coordinator's log has the details); retry."
             ) from error
         self._observe(records)
 
