@@ -416,13 +416,17 @@ class GroupManager:
 
     def _release_unused(self, group_id: str, owned: _OwnedGroup) -> None:
         """Give up the lease of a group that does not exist (a describe, a FindCoordinator or a
-        refused request named it), so that no process keeps renewing it for nothing."""
+        refused request named it: its lease row is deleted, so read-only calls leave nothing
+        behind), or of an idle one, so that no process keeps renewing it for nothing."""
         if self._groups.get(group_id) is not owned:
             return
         del self._groups[group_id]
         self._timers.cancel_group(group_id)
         with contextlib.suppress(StoreUnavailable):  # if so, it lapses on its own
-            self.store.release(owned.lease)
+            if owned.state is None:  # no such group: its lease row goes too
+                self.store.forget(owned.lease)
+            else:  # an idle group: the row stays, so the lease token keeps counting up
+                self.store.release(owned.lease)
 
     def adopt_free_groups(self) -> int:
         """Take over groups whose lease is free and that have timers to run (members, holds, a

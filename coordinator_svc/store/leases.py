@@ -36,6 +36,7 @@ class LeaseStatements:
     renew: sa.Executable  # by an IN list of (group, token) keys
     renew_arrays: sa.Executable | None  # by two arrays of keys: PostgreSQL only
     release: sa.Executable
+    forget: sa.Executable
 
     @staticmethod
     def build(db: Database) -> LeaseStatements:
@@ -126,7 +127,18 @@ class LeaseStatements:
             )
             .values(lease_until=now)
         )
+        # The lease of a group that does not exist (a describe or FindCoordinator named it):
+        # its row goes, so that read-only calls leave nothing behind. Only while ours, and only
+        # if no group row was written under it.
+        t_groups = schema.groups
+        forget = sa.delete(t_leases).where(
+            _L.group_id == sa.bindparam("p_group"),
+            _L.owner_id == sa.bindparam("p_owner"),
+            _L.token == sa.bindparam("p_token"),
+            ~sa.exists().where(t_groups.c.group_id == sa.bindparam("p_group")),
+        )
         return LeaseStatements(
+            forget=forget,
             check=check,
             acquire=acquire,
             holder_any=holder_any,
@@ -208,6 +220,10 @@ class Leases:
             **self._db.time_params(),
         }
         self._db.retrying(True, lambda conn: conn.execute(self.sql.release, params))
+
+    def forget(self, lease: Lease) -> None:
+        params = {"p_group": lease.group_id, "p_owner": lease.owner_id, "p_token": lease.token}
+        self._db.retrying(True, lambda conn: conn.execute(self.sql.forget, params))
 
     def holder(self, group_id: str) -> LeaseHolder | None:
         params = {"p_group": group_id, **self._db.time_params()}

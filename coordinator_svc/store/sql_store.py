@@ -143,6 +143,12 @@ class SqlStore:
         once. Does nothing if it is no longer ours."""
         self._leases.release(lease)
 
+    def forget(self, lease: Lease) -> None:
+        """Give up the lease of a group that does not exist and delete its row (a read-only
+        call on an unknown group leaves nothing behind). Does nothing if the lease is no
+        longer ours or the group was created under it."""
+        self._leases.forget(lease)
+
     def holder(self, group_id: str) -> LeaseHolder | None:
         """The group's live lease holder (possibly this process), or None."""
         return self._leases.holder(group_id)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from connect.group.v1 import admin_pb2, coordinator_pb2
 
 from tests.support.client import ScriptedWorker, put_connector
@@ -113,3 +114,31 @@ def test_a_group_id_with_nul_on_read_only_calls_is_invalid_request(
         )
     assert answer.error_code == INVALID_REQUEST, answer
     assert "GroupId" in answer.error_message
+
+
+def test_read_only_calls_on_unknown_groups_leave_no_rows(
+    served: tuple[Stubs, ScriptedWorker], database_url: str
+) -> None:
+    """Issue 12: 10,000 Describe/FindCoordinator calls on groups that do not exist left 10,000
+    group_leases rows behind. Now each such lease row is deleted with the call."""
+    stubs, _healthy = served
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            before = conn.execute(sa.text("SELECT count(*) FROM group_leases")).scalar_one()
+        for i in range(25):
+            group = stubs.admin.DescribeGroups(
+                admin_pb2.DescribeGroupsRequest(group_ids=[f"nobody-{i}"]), timeout=10
+            ).groups[0]
+            assert group.error_code == 69  # GROUP_ID_NOT_FOUND
+            found = stubs.admin.FindCoordinator(
+                admin_pb2.FindCoordinatorRequest(group_id=f"nobody-else-{i}"), timeout=10
+            )
+            assert found.error_code == 0 and found.port > 0
+        with engine.connect() as conn:
+            after = conn.execute(sa.text("SELECT count(*) FROM group_leases")).scalar_one()
+            groups = conn.execute(sa.text("SELECT count(*) FROM groups")).scalar_one()
+    finally:
+        engine.dispose()
+    assert after == before == 1  # the one real group's lease, nothing more
+    assert groups == 1
