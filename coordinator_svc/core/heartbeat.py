@@ -355,7 +355,7 @@ class _Heartbeat:
         if isinstance(selection, NoSelection):
             raise UnsupportedAssignor(
                 f"member {member.member_id!r} cannot join group {self.req.group_id!r} with "
-                f"these assignors: {selection.reason}."
+                f"these assignors: {selection.for_member()}."
             )
 
     def finish(

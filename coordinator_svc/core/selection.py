@@ -36,7 +36,15 @@ class Selection:
 
 @dataclass(frozen=True, slots=True)
 class NoSelection:
+    """Why no assignor can be chosen. `reason` is for operators (DescribeGroups) and may name
+    members; `public`, when set, is the same without them, for the answer to a joining member
+    (which must not learn the ids of the group's other members)."""
+
     reason: str
+    public: str | None = None
+
+    def for_member(self) -> str:
+        return self.reason if self.public is None else self.public
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +146,8 @@ def select_with(
     candidates = _candidates(counts)
     if not candidates:
         listed = _summary(group, counts, lambda p: repr([name for name, _, _ in p]))
-        return NoSelection(
-            "no client assignor is supported by every member with overlapping versions "
-            f"(members list: {listed})"
-        )
+        public = "no client assignor is supported by every member with overlapping versions"
+        return NoSelection(f"{public} (members list: {listed})", public)
     votes: Counter[str] = Counter()
     for profile, count in counts.items():
         for name, _, _ in profile:
@@ -156,9 +162,8 @@ def select_with(
     version = candidates[name][1]
     if not covering:
         spans = _summary(group, counts, lambda p: repr("[{}-{}]".format(*ranges[p])))
-        return NoSelection(
-            f"no member's version range of assignor {name!r} covers every other member's {spans}"
-        )
+        public = f"no member's version range of assignor {name!r} covers every other member's"
+        return NoSelection(f"{public} {spans}", public)
     first_eligible = group.smallest(covering, lambda m: m in excluded)
     previous = previous_assignor_member
     if (

@@ -142,3 +142,17 @@ def test_read_only_calls_on_unknown_groups_leave_no_rows(
         engine.dispose()
     assert after == before == 1  # the one real group's lease, nothing more
     assert groups == 1
+
+
+def test_a_refused_join_does_not_learn_the_other_members_ids(
+    served: tuple[Stubs, ScriptedWorker],
+) -> None:
+    """Issue 12: UNSUPPORTED_ASSIGNOR listed every member id to whoever tried to join; the
+    joining member now gets the rule, and only DescribeGroups (an operator's call) the list."""
+    stubs, healthy = served
+    req = _join()
+    req.client_assignors.assignors[0].name = "something-else"
+    answer = _heartbeat(stubs, req)
+    assert answer.error_code == 112, answer  # UNSUPPORTED_ASSIGNOR
+    assert "no client assignor is supported by every member" in answer.error_message
+    assert healthy.member_id not in answer.error_message
