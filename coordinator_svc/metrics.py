@@ -59,6 +59,13 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=self.registry,
         )
+        self.undecodable = Counter(
+            "coordinator_undecodable_requests",
+            "Requests whose body is not a valid protobuf message of their RPC (refused with "
+            "INVALID_ARGUMENT), by RPC.",
+            ["rpc"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "coordinator_errors",
             "Responses with a non-zero error code, by RPC and code.",

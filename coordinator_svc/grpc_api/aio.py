@@ -11,15 +11,27 @@ the loop must not.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any
 
 import grpc
 from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
 
+from connect_protocol.logs import fields
+
+from ..metrics import Metrics
 from .servicers import AdminServicer, CoordinatorServicer
+
+log = logging.getLogger("coordinator.grpc")
+
+#: At most one log line per RPC in this many seconds about undecodable bodies (each is counted).
+UNDECODABLE_LOG_EVERY_S = 60.0
 
 SyncMethod = Callable[[Any, Any], Any]
 
@@ -90,3 +102,72 @@ class AsyncAdminServicer(_Pooled, admin_pb2_grpc.ConnectGroupAdminServicer):  # 
     ListGroups = _pooled("ListGroups")
     DescribeGroups = _pooled("DescribeGroups")
     FindCoordinator = _pooled("FindCoordinator")
+
+
+class UndecodableRequests:
+    """Request bodies that are not a valid message of their RPC: counted per RPC
+    (`coordinator_undecodable_requests`), logged at most once a minute per RPC, and answered
+    INVALID_ARGUMENT without a traceback (gRPC's own deserializer would log one per request and
+    answer UNKNOWN with the parser's text)."""
+
+    def __init__(self, metrics: Metrics, every_s: float = UNDECODABLE_LOG_EVERY_S) -> None:
+        self.metrics = metrics
+        self.every_s = every_s
+        self._last_logged: dict[str, float] = {}
+        self._skipped: dict[str, int] = {}
+
+    def seen(self, rpc: str, peer: str) -> None:
+        self.metrics.undecodable.labels(rpc).inc()
+        now = time.monotonic()
+        last = self._last_logged.get(rpc)
+        if last is not None and now - last < self.every_s:
+            self._skipped[rpc] = self._skipped.get(rpc, 0) + 1
+            return
+        self._last_logged[rpc] = now
+        log.warning(
+            "undecodable request refused (%d more since the last line)",
+            self._skipped.pop(rpc, 0),
+            extra=fields(event="undecodable_request", rpc=rpc, peer=peer),
+        )
+
+
+def register(
+    server: grpc.aio.Server,
+    service: ServiceDescriptor,
+    messages: Any,
+    servicer: Any,
+    undecodable: UndecodableRequests,
+) -> None:
+    """Serve `service` with `servicer`'s coroutines, decoding each body itself (instead of the
+    generated `add_..._to_server`), so that an undecodable one is refused cleanly."""
+    handlers = {}
+    for method in service.methods:
+        request_type = getattr(messages, method.input_type.name)
+        response_type = getattr(messages, method.output_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            _decoding(getattr(servicer, method.name), request_type, method.name, undecodable),
+            response_serializer=response_type.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+
+
+def _decoding(
+    method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
+    request_type: Any,
+    rpc: str,
+    undecodable: UndecodableRequests,
+) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
+    async def handle(body: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = request_type.FromString(body)
+        except DecodeError:
+            undecodable.seen(rpc, context.peer())
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request body is not a valid {request_type.DESCRIPTOR.full_name}.",
+            )
+        return await method(request, context)
+
+    return handle

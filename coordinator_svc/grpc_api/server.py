@@ -10,14 +10,14 @@ from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
-from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from connect.group.v1 import admin_pb2, coordinator_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 
 from ..runtime.groups import GroupManager
-from .aio import AsyncAdminServicer, AsyncCoordinatorServicer
+from .aio import AsyncAdminServicer, AsyncCoordinatorServicer, UndecodableRequests, register
 from .servicers import AdminServicer, CoordinatorServicer
 
 T = TypeVar("T")
@@ -66,11 +66,20 @@ class CoordinatorServer:
         interceptors: Sequence[grpc.aio.ServerInterceptor],
     ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
         server = grpc.aio.server(interceptors=interceptors, options=options)
-        coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(
-            AsyncCoordinatorServicer(CoordinatorServicer(manager), self._pool), server
+        undecodable = UndecodableRequests(manager.metrics)
+        register(
+            server,
+            coordinator_pb2.DESCRIPTOR.services_by_name["ConnectGroupCoordinator"],
+            coordinator_pb2,
+            AsyncCoordinatorServicer(CoordinatorServicer(manager), self._pool),
+            undecodable,
         )
-        admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(
-            AsyncAdminServicer(AdminServicer(manager), self._pool), server
+        register(
+            server,
+            admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"],
+            admin_pb2,
+            AsyncAdminServicer(AdminServicer(manager), self._pool),
+            undecodable,
         )
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
