@@ -20,9 +20,12 @@ class ErrorCode(IntEnum):
     INVALID_GROUP_ID = 24
     UNKNOWN_MEMBER_ID = 25
     GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
     GROUP_ID_NOT_FOUND = 69
     GROUP_MAX_SIZE_REACHED = 81
+    THROTTLING_QUOTA_EXCEEDED = 89
     FENCED_INSTANCE_ID = 82
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
@@ -92,3 +95,19 @@ class CoordinatorLoadInProgress(CoordinatorError):
 
 class GroupMaxSizeReached(CoordinatorError):
     code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class GroupAuthorizationFailed(CoordinatorError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailed(CoordinatorError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class PolicyViolation(CoordinatorError):
+    code = ErrorCode.POLICY_VIOLATION
+
+
+class ThrottlingQuotaExceeded(CoordinatorError):
+    code = ErrorCode.THROTTLING_QUOTA_EXCEEDED

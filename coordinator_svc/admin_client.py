@@ -16,14 +16,33 @@ from connect_protocol.errors import ErrorCode
 _NOT_HERE = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
 
 
-def _stubs(address: str, max_message_bytes: int) -> tuple[Any, Any]:
+def _stubs(args: argparse.Namespace, address: str) -> tuple[Any, Any]:
+    """A channel to `address` (TLS from the command's --tls-* flags, else plaintext, which the
+    parser allows only to loopback unless --allow-plaintext) and its admin stub."""
     import grpc
     from connect.group.v1 import admin_pb2_grpc
 
     from connect_protocol.limits import channel_options
+    from connect_protocol.tls import ClientTls, plaintext_problem
 
-    channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
+    options = channel_options(args.max_message_bytes)
+    tls: ClientTls | None = args.tls
+    if tls is None:
+        problem = plaintext_problem(address, args.allow_plaintext, "--allow-plaintext")
+        if problem is not None:
+            raise PlaintextRefused(problem)
+        channel = grpc.insecure_channel(address, options=options)
+    else:
+        channel = grpc.secure_channel(
+            address,
+            grpc.ssl_channel_credentials(*tls.pem()),
+            options=[*options, *tls.channel_options()],
+        )
     return channel, admin_pb2_grpc.ConnectGroupAdminStub(channel)
+
+
+class PlaintextRefused(Exception):
+    """A plaintext connection to a non-loopback address without --allow-plaintext."""
 
 
 def _call_owner(args: argparse.Namespace, group_id: str, rpc: str, request: Any) -> Any:
@@ -34,7 +53,7 @@ def _call_owner(args: argparse.Namespace, group_id: str, rpc: str, request: Any)
     address = args.coordinator
     resp: Any = None
     for attempt in range(4):
-        channel, admin = _stubs(address, args.max_message_bytes)
+        channel, admin = _stubs(args, address)
         with channel:
             resp = getattr(admin, rpc)(request, timeout=args.timeout)
             code = resp.groups[0].error_code if rpc == "DescribeGroups" else resp.error_code
@@ -71,7 +90,7 @@ def describe(args: argparse.Namespace) -> int:
         if args.follow:
             group = _call_owner(args, group_id, "DescribeGroups", request).groups[0]
         else:
-            channel, admin = _stubs(args.coordinator, args.max_message_bytes)
+            channel, admin = _stubs(args, args.coordinator)
             with channel:
                 group = admin.DescribeGroups(request, timeout=args.timeout).groups[0]
         if group.error_code != ErrorCode.NONE:
@@ -84,7 +103,7 @@ def describe(args: argparse.Namespace) -> int:
 def list_groups(args: argparse.Namespace) -> int:
     from connect.group.v1 import admin_pb2
 
-    channel, admin = _stubs(args.coordinator, args.max_message_bytes)
+    channel, admin = _stubs(args, args.coordinator)
     with channel:
         token, header = "", True
         while True:  # page by page, printing as the pages come

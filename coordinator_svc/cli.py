@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from connect_protocol.configs import MAX_CONFIG_VALUE
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
+from connect_protocol.tls import ClientTls, TlsConfigError, plaintext_problem
 
 from .admin_client import (
     alter_configs_cmd,
@@ -22,6 +23,7 @@ from .admin_client import (
     put_connector_cmd,
 )
 from .core.model import GroupConfigDefaults
+from .core.principals import MappingRulesError, PrincipalSource, parse_mapping_rules
 from .serve import migrate, serve
 
 DEFAULT_PORT = 9093
@@ -91,8 +93,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--host",
-        default=_env("COORDINATOR_HOST", "0.0.0.0"),
-        help="address to listen on (COORDINATOR_HOST)",
+        default=_env("COORDINATOR_HOST", None),
+        help="address to listen on; default: 0.0.0.0 with TLS, 127.0.0.1 without "
+        "(COORDINATOR_HOST)",
     )
     p.add_argument(
         "--port",
@@ -172,6 +175,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="Prometheus metrics port, 0 = off (METRICS_PORT)",
     )
     p.add_argument(
+        "--metrics-host",
+        default=_env("METRICS_HOST", None),
+        help="address the metrics endpoint listens on; default: --host (METRICS_HOST)",
+    )
+    _add_server_security(p)
+    p.add_argument(
         "--max-workers",
         type=int,
         default=_env("GRPC_MAX_WORKERS", 32),
@@ -192,6 +201,167 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="how long in-flight requests may finish on SIGTERM (SHUTDOWN_GRACE_S)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), help="(LOG_LEVEL)")
+
+
+def _add_server_security(p: argparse.ArgumentParser) -> None:
+    tls = p.add_argument_group(
+        "transport security",
+        "Without --tls-cert the server speaks plaintext, which it does only on a loopback "
+        "address unless --allow-plaintext is given (then it logs a warning). The files are "
+        "re-read when they change (cert-manager rotation): new connections use the new "
+        "certificate, open ones go on.",
+    )
+    tls.add_argument(
+        "--tls-cert",
+        default=_env("COORDINATOR_TLS_CERT", None),
+        help="PEM certificate chain of the server (COORDINATOR_TLS_CERT)",
+    )
+    tls.add_argument(
+        "--tls-key",
+        default=_env("COORDINATOR_TLS_KEY", None),
+        help="PEM private key of the server (COORDINATOR_TLS_KEY)",
+    )
+    tls.add_argument(
+        "--tls-client-ca",
+        default=_env("COORDINATOR_TLS_CLIENT_CA", None),
+        help="PEM CA bundle; when set, every client must present a certificate it signed "
+        "(mTLS), whose identity is the call's principal (COORDINATOR_TLS_CLIENT_CA)",
+    )
+    tls.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        default=_env("COORDINATOR_ALLOW_PLAINTEXT", "") not in ("", "0", "false"),
+        help="serve plaintext on a non-loopback address (COORDINATOR_ALLOW_PLAINTEXT=1)",
+    )
+    auth = p.add_argument_group(
+        "principals and authorization",
+        "A caller's principal is User:<name>, the name taken from its client certificate "
+        "(--principal-from) and mapped by --principal-mapping-rules; User:ANONYMOUS without "
+        "mTLS. Member and instance ids are bound to the principal that created them, whether "
+        "or not authorization is on.",
+    )
+    auth.add_argument(
+        "--principal-from",
+        choices=[s.value for s in PrincipalSource],
+        default=_env("COORDINATOR_PRINCIPAL_FROM", PrincipalSource.SUBJECT.value),
+        help="which field of the client certificate names the principal: the subject "
+        "('CN=w1,O=example'), its common name, the first SAN URI (a SPIFFE id) or the first SAN "
+        "DNS name (COORDINATOR_PRINCIPAL_FROM)",
+    )
+    auth.add_argument(
+        "--principal-mapping-rules",
+        default=_env("COORDINATOR_PRINCIPAL_MAPPING_RULES", "DEFAULT"),
+        help="Kafka-style ssl.principal.mapping.rules: comma-separated "
+        "RULE:pattern/replacement/[L|U] and DEFAULT, first match wins; a certificate no rule "
+        "matches is refused with UNAUTHENTICATED (COORDINATOR_PRINCIPAL_MAPPING_RULES)",
+    )
+    auth.add_argument(
+        "--authorization",
+        choices=["none", "acl"],
+        default=_env("COORDINATOR_AUTHORIZATION", "none"),
+        help="acl: deny every call that no ACL allows (`coordinator-svc acl`); none: allow "
+        "everything (COORDINATOR_AUTHORIZATION)",
+    )
+    auth.add_argument(
+        "--super-users",
+        default=_env("COORDINATOR_SUPER_USERS", ""),
+        help="';'-separated principals allowed everything, e.g. 'User:CN=admin,O=example' "
+        "(COORDINATOR_SUPER_USERS)",
+    )
+    auth.add_argument(
+        "--acl-refresh-ms",
+        type=int,
+        default=_env("COORDINATOR_ACL_REFRESH_MS", 2_000),
+        help="how often the ACL table is checked for changes (COORDINATOR_ACL_REFRESH_MS)",
+    )
+    auth.add_argument(
+        "--denial-event-interval-s",
+        type=float,
+        default=_env("COORDINATOR_DENIAL_EVENT_INTERVAL_S", 60.0),
+        help="authenticated denials are written to the events table at most once per "
+        "principal, operation and group per this interval (COORDINATOR_DENIAL_EVENT_INTERVAL_S)",
+    )
+
+
+def _add_client_security(p: argparse.ArgumentParser) -> None:
+    tls = p.add_argument_group(
+        "transport security",
+        "Without --tls-ca or --tls-cert the command speaks plaintext, only to a loopback "
+        "address unless --allow-plaintext is given.",
+    )
+    tls.add_argument(
+        "--tls-ca",
+        default=_env("COORDINATOR_CLIENT_TLS_CA", None),
+        help="PEM CA bundle that verifies the coordinator; TLS on (COORDINATOR_CLIENT_TLS_CA)",
+    )
+    tls.add_argument(
+        "--tls-cert",
+        default=_env("COORDINATOR_CLIENT_TLS_CERT", None),
+        help="PEM client certificate for mTLS (COORDINATOR_CLIENT_TLS_CERT)",
+    )
+    tls.add_argument(
+        "--tls-key",
+        default=_env("COORDINATOR_CLIENT_TLS_KEY", None),
+        help="PEM key of the client certificate (COORDINATOR_CLIENT_TLS_KEY)",
+    )
+    tls.add_argument(
+        "--tls-server-name",
+        default=_env("COORDINATOR_CLIENT_TLS_SERVER_NAME", None),
+        help="name to verify in the coordinator's certificate instead of the dialled host "
+        "(COORDINATOR_CLIENT_TLS_SERVER_NAME)",
+    )
+    tls.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        default=_env("COORDINATOR_CLIENT_ALLOW_PLAINTEXT", "") not in ("", "0", "false"),
+        help="talk plaintext to a non-loopback address (COORDINATOR_CLIENT_ALLOW_PLAINTEXT=1)",
+    )
+
+
+def _server_security_problem(args: argparse.Namespace) -> str | None:
+    """Why the serve command's TLS and authorization flags cannot work, or None. Resolves
+    --host, --metrics-host and the parsed mapping rules into `args`."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        return "--tls-cert and --tls-key go together (COORDINATOR_TLS_CERT, COORDINATOR_TLS_KEY)"
+    if args.tls_client_ca and not args.tls_cert:
+        return "--tls-client-ca needs --tls-cert and --tls-key: mTLS is TLS with client certs"
+    if args.host is None:
+        args.host = "0.0.0.0" if args.tls_cert else "127.0.0.1"
+    if args.metrics_host is None:
+        args.metrics_host = args.host
+    if not args.tls_cert:
+        problem = plaintext_problem(
+            f"{args.host}:{args.port}", args.allow_plaintext, "--allow-plaintext"
+        )
+        if problem is not None:
+            return (
+                problem.replace("Configure TLS", "Configure TLS (--tls-cert, --tls-key)")
+                + " (COORDINATOR_ALLOW_PLAINTEXT=1)"
+            )
+    try:
+        args.mapping_rules = parse_mapping_rules(args.principal_mapping_rules)
+    except MappingRulesError as error:
+        return f"--principal-mapping-rules: {error}"
+    args.super_user_set = frozenset(u.strip() for u in args.super_users.split(";") if u.strip())
+    for user in args.super_user_set:
+        if not user.startswith("User:"):
+            return f"--super-users: a principal looks like 'User:<name>', not {user!r}"
+    if not 100 <= args.acl_refresh_ms <= 3_600_000:
+        return "--acl-refresh-ms must be between 100 and 3600000"
+    if not 1.0 <= args.denial_event_interval_s <= 86_400:
+        return "--denial-event-interval-s must be between 1 and 86400"
+    return None
+
+
+def _client_security_problem(args: argparse.Namespace) -> str | None:
+    """Why an operator command's TLS flags cannot work, or None; sets `args.tls`."""
+    args.tls = None
+    if args.tls_ca or args.tls_cert or args.tls_key:
+        try:
+            args.tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+        except TlsConfigError as error:
+            return f"--tls-cert/--tls-key: {error}"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
         _add_max_message_bytes(p, "this command")
+        _add_client_security(p)
         return p
 
     d = client(
@@ -269,8 +440,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem is not None:
             print(f"coordinator-svc {args.command}: {problem}", file=sys.stderr)
             return 2
+    if hasattr(args, "allow_plaintext") and args.command != "serve":
+        problem = _client_security_problem(args)
+        if problem is not None:
+            print(f"coordinator-svc {args.command}: {problem}", file=sys.stderr)
+            return 2
     if args.command == "serve":
-        problem = _defaults_problem(args)
+        problem = _defaults_problem(args) or _server_security_problem(args)
         if problem is not None:
             print(f"coordinator-svc serve: {problem}", file=sys.stderr)
             return 2

@@ -66,6 +66,24 @@ class Metrics:
             ["rpc"],
             registry=self.registry,
         )
+        self.authorization_denials = Counter(
+            "coordinator_authorization_denials",
+            "Calls refused by authorization (no ACL allows, one denies, or an id bound to "
+            "another principal), by RPC and operation.",
+            ["rpc", "operation"],
+            registry=self.registry,
+        )
+        self.unauthenticated = Counter(
+            "coordinator_unauthenticated_requests",
+            "Calls refused with UNAUTHENTICATED: a client certificate that the principal "
+            "mapping rules cannot turn into a principal.",
+            registry=self.registry,
+        )
+        self.tls_reloads = Counter(
+            "coordinator_tls_reloads",
+            "Times the server's certificate files changed and were loaded again.",
+            registry=self.registry,
+        )
         self.errors = Counter(
             "coordinator_errors",
             "Responses with a non-zero error code, by RPC and code.",

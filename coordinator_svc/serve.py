@@ -12,17 +12,24 @@ import socket
 import sys
 import threading
 import uuid
+from typing import TYPE_CHECKING
 
 from connect_protocol import logs
 
 from .core.model import GroupConfigDefaults
 
+if TYPE_CHECKING:
+    from .grpc_api.tls import ServerTls
+
 log = logging.getLogger("coordinator")
 
 
 def serve(args: argparse.Namespace) -> int:
+    from .core.principals import PrincipalMapper, PrincipalSource
     from .grpc_api.server import CoordinatorServer
+    from .grpc_api.tls import ServerTls
     from .metrics import Metrics
+    from .runtime.authorizer import Authorizer
     from .runtime.groups import GroupManager
     from .store import SqlStore
     from .store.migrate import pending_revision
@@ -56,12 +63,37 @@ def serve(args: argparse.Namespace) -> int:
             return 2
     metrics = Metrics()
     manager = GroupManager(store, defaults, metrics)
-    server = CoordinatorServer(
-        manager,
-        f"{host}:{args.port}",
-        args.max_workers,
-        max_message_bytes=defaults.max_message_bytes,
+    tls = (
+        ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca or None)
+        if args.tls_cert
+        else None
     )
+    _warn_about_security(args, tls)
+    authorizer = Authorizer(
+        store.acls,
+        metrics,
+        enabled=args.authorization == "acl",
+        super_users=args.super_user_set,
+        refresh_s=args.acl_refresh_ms / 1000,
+        denial_interval_s=args.denial_event_interval_s,
+    )
+    try:
+        authorizer.start()
+        server = CoordinatorServer(
+            manager,
+            f"{host}:{args.port}",
+            args.max_workers,
+            max_message_bytes=defaults.max_message_bytes,
+            tls=tls,
+            principal_mapper=PrincipalMapper(
+                PrincipalSource(args.principal_from), args.mapping_rules
+            ),
+            authorizer=authorizer,
+        )
+    except BaseException:
+        authorizer.stop()
+        store.close()
+        raise
     port = server.port
     stop = threading.Event()
 
@@ -75,7 +107,7 @@ def serve(args: argparse.Namespace) -> int:
     server.start()
     server.set_serving(True)
     if args.metrics_port:
-        metrics.serve(args.metrics_port, host)
+        metrics.serve(args.metrics_port, args.metrics_host)
     log.info(
         "coordinator serving",
         extra=logs.fields(
@@ -85,17 +117,41 @@ def serve(args: argparse.Namespace) -> int:
             node_id=node_id,
             database=_redact(args.database_url),
             metrics_port=args.metrics_port or None,
+            metrics_host=args.metrics_host if args.metrics_port else None,
             max_message_bytes=defaults.max_message_bytes,
+            tls="mtls" if tls is not None and tls.mutual else "tls" if tls else "plaintext",
+            authorization=args.authorization,
         ),
     )
     while not stop.wait(1.0):
         pass
     server.set_serving(False)
     server.stop(args.shutdown_grace_s)
+    authorizer.stop()
     manager.stop()
     store.close()
     log.info("stopped", extra=logs.fields(event="stopped"))
     return 0
+
+
+def _warn_about_security(args: argparse.Namespace, tls: ServerTls | None) -> None:
+    """Log what the flags leave open: plaintext off loopback, ACLs without client
+    certificates (every caller is then User:ANONYMOUS)."""
+    from connect_protocol.tls import is_loopback
+
+    if tls is None and not is_loopback(args.host):
+        log.warning(
+            "serving PLAINTEXT on %s (--allow-plaintext): anyone on the network can read and "
+            "send requests, connector configs included; configure --tls-cert/--tls-key",
+            args.host,
+            extra=logs.fields(event="plaintext_serving", host=args.host),
+        )
+    if args.authorization == "acl" and (tls is None or not tls.mutual):
+        log.warning(
+            "authorization is on without client certificates (--tls-client-ca): every caller "
+            "is User:ANONYMOUS, so ACLs can only tell callers apart by nothing",
+            extra=logs.fields(event="acl_without_mtls"),
+        )
 
 
 def _redact(url: str) -> str:

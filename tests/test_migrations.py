@@ -26,6 +26,7 @@ TABLES = {
     "target_assignment_members",
     "group_configs",
     "events",
+    "acls",
 }
 
 

@@ -19,6 +19,7 @@ from typing import TypeVar
 from connect_protocol import logs
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
+from connect_protocol.tls import ClientTls, TlsConfigError, host_of, is_loopback, plaintext_problem
 
 from .assignors import PROTOCOLS, assignors_for_protocol
 from .hooks import ExecHookListener, WebhookListener
@@ -55,6 +56,40 @@ def _parser() -> argparse.ArgumentParser:
         default=_env("COORDINATOR", "127.0.0.1:9093"),
         help="coordinator host:port; several, comma-separated, are tried in turn when looking "
         "for the group's coordinator (WORKER_AGENT_COORDINATOR; default 127.0.0.1:9093)",
+    )
+    tls = run.add_argument_group(
+        "transport security",
+        "Without --tls-ca or --tls-cert the agent speaks plaintext, and only to loopback "
+        "coordinators unless --allow-plaintext is given. The files are re-read when they change "
+        "(cert-manager rotation): the next connection uses them.",
+    )
+    tls.add_argument(
+        "--tls-ca",
+        default=_env("TLS_CA", None),
+        help="PEM CA bundle that verifies the coordinator; TLS on (WORKER_AGENT_TLS_CA)",
+    )
+    tls.add_argument(
+        "--tls-cert",
+        default=_env("TLS_CERT", None),
+        help="PEM client certificate for mTLS; its identity is this agent's principal "
+        "(WORKER_AGENT_TLS_CERT)",
+    )
+    tls.add_argument(
+        "--tls-key",
+        default=_env("TLS_KEY", None),
+        help="PEM key of the client certificate (WORKER_AGENT_TLS_KEY)",
+    )
+    tls.add_argument(
+        "--tls-server-name",
+        default=_env("TLS_SERVER_NAME", None),
+        help="name to verify in the coordinator's certificate instead of the dialled host, "
+        "e.g. when FindCoordinator answers with pod IPs (WORKER_AGENT_TLS_SERVER_NAME)",
+    )
+    tls.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        default=_env("ALLOW_PLAINTEXT", "") not in ("", "0", "false"),
+        help="talk plaintext to non-loopback coordinators (WORKER_AGENT_ALLOW_PLAINTEXT=1)",
     )
     run.add_argument(
         "--group", default=_env("GROUP", "connect-cluster"), help="group id (WORKER_AGENT_GROUP)"
@@ -191,6 +226,22 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    tls: ClientTls | None = None
+    try:
+        if args.tls_ca or args.tls_cert or args.tls_key:
+            tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+            tls.pem()  # readable and PEM now, or a clear error before anything starts
+    except TlsConfigError as error:
+        print(f"worker-agent: {error}", file=sys.stderr)
+        return 2
+    if tls is None:
+        for address in coordinators:
+            problem = plaintext_problem(address, args.allow_plaintext, "--allow-plaintext")
+            if problem is not None:
+                print(f"worker-agent: {problem} (WORKER_AGENT_ALLOW_PLAINTEXT=1)", file=sys.stderr)
+                return 2
+        if args.allow_plaintext and not all(is_loopback(host_of(a)) for a in coordinators):
+            log.warning("talking PLAINTEXT to the coordinator (--allow-plaintext)")
     status: StatusServer | None = None
     if args.status_port is not None:
         status = StatusServer(
@@ -209,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
         eager=args.protocol == "eager",
         rpc_timeout_s=args.rpc_timeout_s,
         max_message_bytes=args.max_message_bytes,
+        tls=tls,
+        allow_plaintext=args.allow_plaintext,
     )
     agent = Agent(settings, build_listener(args), status)
     signals = 0

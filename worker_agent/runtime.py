@@ -23,6 +23,7 @@ from connect_protocol.errors import ErrorCode
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
 from connect_protocol.messages import Assignor, HeartbeatRequest
 from connect_protocol.resources import ResourceSet
+from connect_protocol.tls import ClientTls
 
 from .assigning import AssignmentComputation
 from .assignor import ConnectAssignor
@@ -71,6 +72,9 @@ class AgentSettings:
     #: it may be tried again, doubled (with jitter) after each further such failure, up to the cap.
     too_large_initial_backoff_s: float = 0.2
     too_large_max_backoff_s: float = 5.0
+    #: TLS for the channels (None: plaintext, to loopback unless `allow_plaintext`).
+    tls: ClientTls | None = None
+    allow_plaintext: bool = False
 
 
 def advertised(assignors: Sequence[ConnectAssignor]) -> tuple[Assignor, ...]:
@@ -124,7 +128,12 @@ class Agent:
         self._wake = threading.Event()
         self._stop_requested = threading.Event()
         self._abandon = threading.Event()  # stop retrying listener calls: the process exits
-        self._transport = Transport(settings.coordinators, settings.max_message_bytes)
+        self._transport = Transport(
+            settings.coordinators,
+            settings.max_message_bytes,
+            tls=settings.tls,
+            allow_plaintext=settings.allow_plaintext,
+        )
         self._assigning = AssignmentComputation(
             group_id=settings.group_id,
             member_id=settings.member_id,

@@ -21,6 +21,7 @@ import grpc
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
+from connect_protocol.tls import ClientTls, TlsConfigError, plaintext_problem
 
 from . import wire
 
@@ -103,12 +104,37 @@ class Backoff:
         self._step_s = self._initial_s
 
 
-class Connection:
-    """A channel to one coordinator address, with its stubs."""
+class PlaintextRefused(Exception):
+    """A plaintext connection to a non-loopback address without --allow-plaintext."""
 
-    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+
+class Connection:
+    """A channel to one coordinator address, with its stubs: TLS with `tls` (from its files as
+    they are now, see `stamp`), else plaintext, which only goes to loopback addresses unless
+    `allow_plaintext`."""
+
+    def __init__(
+        self,
+        address: str,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls: ClientTls | None = None,
+        allow_plaintext: bool = False,
+    ) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
+        options = channel_options(max_message_bytes)
+        if tls is None:
+            problem = plaintext_problem(address, allow_plaintext, "--allow-plaintext")
+            if problem is not None:
+                raise PlaintextRefused(problem)
+            self.stamp: tuple[tuple[int, int], ...] = ()
+            self.channel = grpc.insecure_channel(address, options=options)
+        else:
+            self.stamp = tls.stamp()
+            self.channel = grpc.secure_channel(
+                address,
+                grpc.ssl_channel_credentials(*tls.pem()),
+                options=[*options, *tls.channel_options()],
+            )
         self.coordinator = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self.channel)
         self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
 
@@ -121,11 +147,19 @@ class Transport:
     `addresses` (tried in order). Every channel sends and accepts messages of up to
     `max_message_bytes`."""
 
-    def __init__(self, addresses: Sequence[str], max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        max_message_bytes: int,
+        tls: ClientTls | None = None,
+        allow_plaintext: bool = False,
+    ) -> None:
         if not addresses:
             raise ValueError("at least one coordinator address is needed")
         self._addresses = tuple(addresses)
         self._max_message_bytes = max_message_bytes
+        self._tls = tls
+        self._allow_plaintext = allow_plaintext
         self._connection = self._connect(self._addresses[0])
         self._too_large: set[str] = set()  # RPCs whose last call failed with RESOURCE_EXHAUSTED
 
@@ -138,7 +172,22 @@ class Transport:
         self._connection.close()
 
     def _connect(self, address: str) -> Connection:
-        return Connection(address, self._max_message_bytes)
+        return Connection(address, self._max_message_bytes, self._tls, self._allow_plaintext)
+
+    def _fresh(self) -> None:
+        """Reopen the channel when the TLS files changed since it was opened (a rotated client
+        certificate), so that the next connection presents the new one. A file caught half
+        written keeps the old channel until the next call."""
+        if self._tls is None or self._tls.stamp() == self._connection.stamp:
+            return
+        try:
+            fresh = self._connect(self._connection.address)
+        except TlsConfigError as error:
+            log.warning("TLS files changed but cannot be used yet: %s", error)
+            return
+        log.info("TLS files changed: reconnecting to %s with them", fresh.address)
+        old, self._connection = self._connection, fresh
+        old.close()
 
     # --- calls -----------------------------------------------------------------------------
 
@@ -146,7 +195,7 @@ class Transport:
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, timeout_s: float
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
         answer: coordinator_pb2.ConnectGroupHeartbeatResponse = self._call(
-            HEARTBEAT, self._connection.coordinator.ConnectGroupHeartbeat, request, timeout_s
+            HEARTBEAT, lambda c: c.coordinator.ConnectGroupHeartbeat, request, timeout_s
         )
         return answer
 
@@ -155,7 +204,7 @@ class Transport:
     ) -> coordinator_pb2.ConnectGroupPrepareAssignmentResponse:
         answer: coordinator_pb2.ConnectGroupPrepareAssignmentResponse = self._call(
             PREPARE_ASSIGNMENT,
-            self._connection.coordinator.ConnectGroupPrepareAssignment,
+            lambda c: c.coordinator.ConnectGroupPrepareAssignment,
             request,
             timeout_s,
         )
@@ -166,16 +215,24 @@ class Transport:
     ) -> coordinator_pb2.ConnectGroupInstallAssignmentResponse:
         answer: coordinator_pb2.ConnectGroupInstallAssignmentResponse = self._call(
             INSTALL_ASSIGNMENT,
-            self._connection.coordinator.ConnectGroupInstallAssignment,
+            lambda c: c.coordinator.ConnectGroupInstallAssignment,
             request,
             timeout_s,
         )
         return answer
 
-    def _call(self, rpc: str, method: Callable[..., Any], request: Any, timeout_s: float) -> Any:
-        """One call with a deadline; no answer raises `TransportError` (after noting it)."""
+    def _call(
+        self,
+        rpc: str,
+        method: Callable[[Connection], Callable[..., Any]],
+        request: Any,
+        timeout_s: float,
+    ) -> Any:
+        """One call of `method(connection)` with a deadline; no answer raises `TransportError`
+        (after noting it)."""
+        self._fresh()
         try:
-            answer = method(request, timeout=timeout_s)
+            answer = method(self._connection)(request, timeout=timeout_s)
         except grpc.RpcError as error:
             failure = TransportError.from_rpc_error(rpc, error)
             self._note_call(rpc, failure)
@@ -240,7 +297,12 @@ class Transport:
                 break
         if found is not None and found != self._connection.address:
             log.info("coordinator of %s is %s; reconnecting", group_id, found)
-            old, self._connection = self._connection, self._connect(found)
+            try:
+                fresh = self._connect(found)
+            except (PlaintextRefused, TlsConfigError) as error:
+                log.error("cannot connect to the coordinator found at %s: %s", found, error)
+                return None
+            old, self._connection = self._connection, fresh
             old.close()
         return found
 

@@ -11,6 +11,7 @@ from connect_protocol.errors import (
     CoordinatorError,
     ErrorCode,
     FencedMemberEpoch,
+    GroupAuthorizationFailed,
     GroupIdNotFound,
     InvalidAssignment,
     UnknownMemberId,
@@ -44,14 +45,24 @@ from .validation import validate_install, validate_prepare
 
 
 def _assignor_member(
-    state: GroupState | None, group_id: str, member_id: str, member_epoch: int
+    state: GroupState | None,
+    group_id: str,
+    member_id: str,
+    member_epoch: int,
+    principal: str | None,
 ) -> tuple[GroupState, Member]:
-    """Seed 000's checks 1-4, shared by Prepare and Install."""
+    """Seed 000's checks 1-4, shared by Prepare and Install; and that the caller is the
+    principal the member is bound to (None: not checked, as in the core's own tests)."""
     if state is None:
         raise GroupIdNotFound(f"group {group_id!r} does not exist.")
     member = state.members.get(member_id)
     if member is None:
         raise UnknownMemberId(f"member {member_id!r} is not in group {group_id!r}.")
+    if principal is not None and member.principal and member.principal != principal:
+        raise GroupAuthorizationFailed(
+            f"member id {member_id!r} belongs to another principal; only the assignor member's "
+            "own principal may prepare or install an assignment."
+        )
     if member_epoch != member.member_epoch:
         raise FencedMemberEpoch(
             f"member epoch {member_epoch} does not match the coordinator's "
@@ -95,13 +106,16 @@ def start_prepare(
     now_ms: int,
     defaults: GroupConfigDefaults,
     validated: bool = False,
+    principal: str | None = None,
 ) -> Result[PrepareView | PrepareResponse]:
     """The part of a Prepare that needs the group: checks, the snapshot its install is
     validated against, and a `PrepareView` (O(members) pointer copies)."""
     try:
         if not validated:
             validate_prepare(req)
-        state, _member = _assignor_member(state, req.group_id, req.member_id, req.member_epoch)
+        state, _member = _assignor_member(
+            state, req.group_id, req.member_id, req.member_epoch, principal
+        )
     except CoordinatorError as error:
         return refused(PrepareResponse, error)
     selection = current_selection(state)
@@ -235,6 +249,7 @@ def install_assignment(
     defaults: GroupConfigDefaults,
     plan: InstallPlan | None = None,
     validated: bool = False,
+    principal: str | None = None,
 ) -> Result[InstallResponse]:
     """ConnectGroupInstallAssignment. With a `plan` (see `plan_install`) that still applies,
     the O(resources) validation and diff are taken from it."""
@@ -243,7 +258,9 @@ def install_assignment(
             plan = None
             if not validated:
                 validate_install(req)
-        state, _member = _assignor_member(state, req.group_id, req.member_id, req.member_epoch)
+        state, _member = _assignor_member(
+            state, req.group_id, req.member_id, req.member_epoch, principal
+        )
         change = GroupChange(state, req.group_id, now_ms, defaults)
         snapshot = _check_epochs(state, req)
         if req.error != 0:

@@ -263,15 +263,22 @@ class GroupChange:
     def cancel(self, key: TimerKey) -> None:
         self.timers.append(CancelTimer(key))
 
-    def add_hold(self, member_id: str, resources: ResourceSet, until_ms: int) -> None:
+    def add_hold(
+        self, member_id: str, resources: ResourceSet, until_ms: int, principal: str = ""
+    ) -> None:
+        """Hold `resources` of a removed member until `until_ms`; its member id stays bound to
+        `principal` while the hold lasts."""
         if resources:
             holds = [h for h in self.meta.holds if h.member_id != member_id]
             previous = next((h for h in self.meta.holds if h.member_id == member_id), None)
             if previous is not None:
                 resources = resources | previous.resources
                 until_ms = max(until_ms, previous.until_ms)
-            holds.append(Hold(member_id, resources, until_ms))
+            holds.append(Hold(member_id, resources, until_ms, principal))
             self.set_meta(holds=tuple(holds))
+
+    def hold(self, member_id: str) -> Hold | None:
+        return next((h for h in self.meta.holds if h.member_id == member_id), None)
 
     def release_hold(self, member_id: str) -> Hold | None:
         hold = next((h for h in self.meta.holds if h.member_id == member_id), None)

@@ -10,6 +10,7 @@ from connect_protocol.errors import (
     CoordinatorError,
     ErrorCode,
     FencedInstanceId,
+    GroupAuthorizationFailed,
     GroupMaxSizeReached,
     UnknownMemberId,
     UnreleasedInstanceId,
@@ -40,13 +41,15 @@ def heartbeat(
     now_ms: int,
     defaults: GroupConfigDefaults,
     validated: bool = False,
+    principal: str | None = None,
 ) -> Result[HeartbeatResponse]:
-    """Handle one heartbeat. Errors leave the group as it was, except FENCED_MEMBER_EPOCH, which
-    removes the member (seed 000, step 3)."""
+    """Handle one heartbeat from `principal` (None: the caller's identity is not checked, as
+    in the core's own tests; the gRPC layer always passes one). Errors leave the group as it
+    was, except FENCED_MEMBER_EPOCH, which removes the member (seed 000, step 3)."""
     try:
         if not validated:  # the gRPC layer validates before it takes the group
             validate_heartbeat(req)
-        return _Heartbeat(state, req, now_ms, defaults).run()
+        return _Heartbeat(state, req, now_ms, defaults, principal).run()
     except CoordinatorError as error:
         interval, session = defaults.heartbeat_interval_ms, defaults.session_timeout_ms
         if state is not None:
@@ -68,8 +71,10 @@ class _Heartbeat:
         req: HeartbeatRequest,
         now_ms: int,
         defaults: GroupConfigDefaults,
+        principal: str | None = None,
     ) -> None:
         self.req = req
+        self.principal = principal
         self.now_ms = now_ms
         self.defaults = defaults
         self.state = state
@@ -144,9 +149,16 @@ class _Heartbeat:
     def join(self) -> Result[HeartbeatResponse]:
         req, change = self.req, self.change
         existing = change.member(req.member_id)
+        if existing is not None:
+            self.check_bound(existing.principal, f"member id {req.member_id!r}")
+        else:
+            hold = change.hold(req.member_id)
+            if hold is not None:
+                self.check_bound(hold.principal, f"member id {req.member_id!r}")
         if req.instance_id is not None:
             holder = change.member_by_instance(req.instance_id)
             if holder is not None and holder.member_id != req.member_id:
+                self.check_bound(holder.principal, f"instance id {req.instance_id!r}")
                 if holder.state is not MemberState.LEFT:
                     raise UnreleasedInstanceId(
                         f"instance id {req.instance_id!r} is still held by live member "
@@ -173,6 +185,7 @@ class _Heartbeat:
             url=req.url or "",
             rebalance_timeout_ms=req.rebalance_timeout_ms,
             assignors=req.client_assignors or (),
+            principal=self.principal or "",
         )
         self.check_assignors(member)
         change.put_member(member)
@@ -273,16 +286,27 @@ class _Heartbeat:
 
     # --- helpers ---
 
+    def check_bound(self, bound_to: str, what: str) -> None:
+        """A member id or instance id acts only for the principal that created it ("": bound
+        to nobody yet, from before principals existed)."""
+        if self.principal is not None and bound_to and bound_to != self.principal:
+            raise GroupAuthorizationFailed(
+                f"{what} belongs to another principal; use an id of your own."
+            )
+
     def known_member(self) -> Member:
         req = self.req
+        member = self.change.member(req.member_id)
+        if member is not None:
+            self.check_bound(member.principal, f"member id {req.member_id!r}")
         if req.instance_id is not None:
             holder = self.change.member_by_instance(req.instance_id)
             if holder is not None and holder.member_id != req.member_id:
+                self.check_bound(holder.principal, f"instance id {req.instance_id!r}")
                 raise FencedInstanceId(
                     f"instance id {req.instance_id!r} belongs to member {holder.member_id!r}; "
                     "this member has been replaced and must stop."
                 )
-        member = self.change.member(req.member_id)
         if member is None:
             raise UnknownMemberId(
                 f"member {req.member_id!r} is not in group {req.group_id!r}; abandon your work "
@@ -305,7 +329,7 @@ class _Heartbeat:
         change, req = self.change, self.req
         until = self.now_ms + change.fencing_session_ms()
         change.remove_member(member.member_id)
-        change.add_hold(member.member_id, member.owned, until)
+        change.add_hold(member.member_id, member.owned, until, member.principal)
         if member.owned:
             change.schedule((HOLD, member.member_id), until)
         change.cancel((SESSION, member.member_id))
@@ -343,6 +367,8 @@ class _Heartbeat:
             updated = replace(updated, rebalance_timeout_ms=req.rebalance_timeout_ms)
         if req.instance_id is not None and req.instance_id != member.instance_id:
             updated = replace(updated, instance_id=req.instance_id)
+        if self.principal and not member.principal:
+            updated = replace(updated, principal=self.principal)  # adopted (see Member)
         changed = False
         if req.client_assignors is not None and req.client_assignors != member.assignors:
             updated = replace(updated, assignors=req.client_assignors)

@@ -84,6 +84,8 @@ class Member:
         assigned: what the member was last told it may run.
         pending_revocation: what it was told to give up and has not yet acknowledged.
         previous_epoch: the epoch held before the last epoch change (lost-response retries).
+        principal: the caller that created the member; only it may act as the member
+            ("" for members from before principals existed: the next caller adopts it).
     """
 
     member_id: str
@@ -96,6 +98,7 @@ class Member:
     state: MemberState = MemberState.STABLE
     assigned: ResourceSet = EMPTY
     pending_revocation: ResourceSet = EMPTY
+    principal: str = ""
 
     @property
     def owned(self) -> ResourceSet:
@@ -161,6 +164,7 @@ class Hold:
     member_id: str
     resources: ResourceSet
     until_ms: int
+    principal: str = ""
 
 
 @dataclass(frozen=True, slots=True)

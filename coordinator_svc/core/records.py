@@ -38,6 +38,9 @@ class EventType(StrEnum):
     CONNECTOR_PUT = "CONNECTOR_PUT"
     CONNECTOR_DELETED = "CONNECTOR_DELETED"
     CONFIG_ALTERED = "CONFIG_ALTERED"
+    #: Calls denied by authorization, aggregated per principal, operation and group per
+    #: interval (written by the authorizer, outside any group's commit; group_epoch -1).
+    AUTHORIZATION_DENIED = "AUTHORIZATION_DENIED"
 
 
 @dataclass(frozen=True, slots=True)

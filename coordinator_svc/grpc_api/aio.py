@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any
 
 import grpc
-from connect.group.v1 import admin_pb2_grpc, coordinator_pb2_grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 from connect_protocol.logs import fields
 
 from ..metrics import Metrics
+from .context import CallIdentity, PoolContext
 from .servicers import AdminServicer, CoordinatorServicer
 
 log = logging.getLogger("coordinator.grpc")
@@ -36,28 +35,17 @@ UNDECODABLE_LOG_EVERY_S = 60.0
 SyncMethod = Callable[[Any, Any], Any]
 
 
-class PoolContext:
-    """What a synchronous servicer asks of its context, for a call it runs on a pool thread:
-    the caller's address, and whether the caller is still waiting."""
-
-    def __init__(self, peer: str) -> None:
-        self._peer = peer
-        self.gone = threading.Event()
-
-    def peer(self) -> str:
-        return self._peer
-
-    def is_active(self) -> bool:
-        return not self.gone.is_set()
-
-
 async def run_in_pool(
-    pool: Executor, method: SyncMethod, request: Any, context: grpc.aio.ServicerContext
+    pool: Executor,
+    method: SyncMethod,
+    request: Any,
+    context: grpc.aio.ServicerContext,
+    principal: str,
 ) -> Any:
-    """Run `method(request, context)` on a pool thread. If the caller gives up (gRPC cancels
-    this coroutine), the thread's call sees its context go inactive and stops waiting for its
-    group; the cancellation goes on to gRPC."""
-    pool_context = PoolContext(context.peer())
+    """Run `method(request, context)` on a pool thread, its context carrying `principal`. If the
+    caller gives up (gRPC cancels this coroutine), the thread's call sees its context go
+    inactive and stops waiting for its group; the cancellation goes on to gRPC."""
+    pool_context = PoolContext(context.peer(), principal)
     loop = asyncio.get_running_loop()
     try:
         return await loop.run_in_executor(pool, method, request, pool_context)
@@ -66,12 +54,17 @@ async def run_in_pool(
         raise
 
 
-def _pooled(name: str) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    async def method(self: _Pooled, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await run_in_pool(self.pool, getattr(self.sync, name), request, context)
+AsyncMethod = Callable[[Any, grpc.aio.ServicerContext, str], Awaitable[Any]]
+
+
+def _pooled(name: str) -> AsyncMethod:
+    async def method(
+        self: _Pooled, request: Any, context: grpc.aio.ServicerContext, principal: str
+    ) -> Any:
+        return await run_in_pool(self.pool, getattr(self.sync, name), request, context, principal)
 
     method.__name__ = name
-    return method
+    return method  # type: ignore[return-value]
 
 
 class _Pooled:
@@ -80,20 +73,24 @@ class _Pooled:
         self.pool = pool
 
 
-class AsyncCoordinatorServicer(_Pooled, coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):  # type: ignore[misc]
+class AsyncCoordinatorServicer(_Pooled):
     sync: CoordinatorServicer
 
-    async def ConnectGroupHeartbeat(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        answer = self.sync.steady_heartbeat(request)
+    async def ConnectGroupHeartbeat(
+        self, request: Any, context: grpc.aio.ServicerContext, principal: str
+    ) -> Any:
+        answer = self.sync.steady_heartbeat(request, principal)
         if answer is not None:
             return answer
-        return await run_in_pool(self.pool, self.sync.ConnectGroupHeartbeat, request, context)
+        return await run_in_pool(
+            self.pool, self.sync.ConnectGroupHeartbeat, request, context, principal
+        )
 
     ConnectGroupPrepareAssignment = _pooled("ConnectGroupPrepareAssignment")
     ConnectGroupInstallAssignment = _pooled("ConnectGroupInstallAssignment")
 
 
-class AsyncAdminServicer(_Pooled, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: ignore[misc]
+class AsyncAdminServicer(_Pooled):
     sync: AdminServicer
 
     PutConnector = _pooled("PutConnector")
@@ -137,15 +134,19 @@ def register(
     messages: Any,
     servicer: Any,
     undecodable: UndecodableRequests,
+    identity: CallIdentity,
 ) -> None:
     """Serve `service` with `servicer`'s coroutines, decoding each body itself (instead of the
-    generated `add_..._to_server`), so that an undecodable one is refused cleanly."""
+    generated `add_..._to_server`), so that an undecodable one is refused cleanly, and working
+    out the caller's principal (`identity`) before the servicer sees the call."""
     handlers = {}
     for method in service.methods:
         request_type = getattr(messages, method.input_type.name)
         response_type = getattr(messages, method.output_type.name)
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _decoding(getattr(servicer, method.name), request_type, method.name, undecodable),
+            _decoding(
+                getattr(servicer, method.name), request_type, method.name, undecodable, identity
+            ),
             response_serializer=response_type.SerializeToString,
         )
     server.add_generic_rpc_handlers(
@@ -154,12 +155,20 @@ def register(
 
 
 def _decoding(
-    method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
+    method: AsyncMethod,
     request_type: Any,
     rpc: str,
     undecodable: UndecodableRequests,
+    identity: CallIdentity,
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def handle(body: bytes, context: grpc.aio.ServicerContext) -> Any:
+        principal = identity.principal(context)
+        if principal is None:
+            undecodable.metrics.unauthenticated.inc()
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "the client certificate names no principal that the server's mapping rules accept.",
+            )
         try:
             request = request_type.FromString(body)
         except DecodeError:
@@ -168,6 +177,7 @@ def _decoding(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"the request body is not a valid {request_type.DESCRIPTOR.full_name}.",
             )
-        return await method(request, context)
+        assert principal is not None  # abort raised
+        return await method(request, context, principal)
 
     return handle

@@ -16,9 +16,13 @@ from grpc_reflection.v1alpha import reflection
 
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 
+from ..core.principals import PrincipalMapper
+from ..runtime.authorizer import Authorizer
 from ..runtime.groups import GroupManager
 from .aio import AsyncAdminServicer, AsyncCoordinatorServicer, UndecodableRequests, register
+from .context import CallIdentity
 from .servicers import AdminServicer, CoordinatorServicer
+from .tls import ReloadingCredentials, ServerTls
 
 T = TypeVar("T")
 
@@ -32,7 +36,9 @@ class CoordinatorServer:
     """The coordinator's gRPC server: grpc.aio on an event loop of its own thread (so callers
     stay synchronous), with a pool of `max_workers` threads for calls that may block (`aio.py`);
     both services, health and reflection. Bound to `address` ("host:port"; port 0 picks one,
-    see `port`) when built; sends and accepts messages of up to `max_message_bytes`."""
+    see `port`) when built, with `tls` if given (client certificates required when it has a
+    client CA; their principals from `principal_mapper`), plaintext otherwise; sends and
+    accepts messages of up to `max_message_bytes`. `authorizer` None: everything allowed."""
 
     def __init__(
         self,
@@ -42,7 +48,15 @@ class CoordinatorServer:
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        tls: ServerTls | None = None,
+        principal_mapper: PrincipalMapper | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
+        self.tls = ReloadingCredentials(tls, manager.metrics) if tls is not None else None
+        mutual = tls is not None and tls.mutual
+        # Without client certificates every caller is ANONYMOUS.
+        self.identity = CallIdentity(principal_mapper or PrincipalMapper() if mutual else None)
+        self.authorizer = authorizer
         options = [("grpc.so_reuseport", 0), *channel_options(max_message_bytes)]
         self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         self._loop = asyncio.new_event_loop()
@@ -71,15 +85,19 @@ class CoordinatorServer:
             server,
             coordinator_pb2.DESCRIPTOR.services_by_name["ConnectGroupCoordinator"],
             coordinator_pb2,
-            AsyncCoordinatorServicer(CoordinatorServicer(manager), self._pool),
+            AsyncCoordinatorServicer(
+                CoordinatorServicer(manager, self.identity, self.authorizer), self._pool
+            ),
             undecodable,
+            self.identity,
         )
         register(
             server,
             admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"],
             admin_pb2,
-            AsyncAdminServicer(AdminServicer(manager), self._pool),
+            AsyncAdminServicer(AdminServicer(manager, self.identity, self.authorizer), self._pool),
             undecodable,
+            self.identity,
         )
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -87,7 +105,10 @@ class CoordinatorServer:
             (COORDINATOR_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
             server,
         )
-        port = server.add_insecure_port(address)
+        if self.tls is not None:
+            port = server.add_secure_port(address, self.tls.credentials)
+        else:
+            port = server.add_insecure_port(address)
         if port == 0:
             raise RuntimeError(f"could not bind {address}")
         return server, port, health_servicer

@@ -10,14 +10,21 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 from connect_protocol import wire as protocol_wire
-from connect_protocol.errors import CoordinatorError, ErrorCode, InvalidRequest
+from connect_protocol.errors import (
+    ClusterAuthorizationFailed,
+    CoordinatorError,
+    ErrorCode,
+    GroupAuthorizationFailed,
+    InvalidRequest,
+)
 from connect_protocol.messages import HeartbeatResponse, PrepareResponse
 
+from ..core.acls import CLUSTER_NAME, Operation, ResourceType
 from ..core.admin import alter_configs, delete_connector, put_connector
 from ..core.assignment import (
     PrepareView,
@@ -36,8 +43,10 @@ from ..core.validation import (
     validate_group_id,
     validate_request,
 )
+from ..runtime.authorizer import Authorizer
 from ..runtime.groups import GroupManager, NotOwner
 from . import convert
+from .context import CallIdentity, Context
 
 log = logging.getLogger("coordinator.grpc")
 
@@ -56,18 +65,60 @@ def _error_pair(error: BaseException) -> tuple[ErrorCode, str]:
     )
 
 
-class Context(Protocol):
-    """What the servicers ask of a call's context (gRPC's, or the aio layer's `PoolContext`)."""
-
-    def peer(self) -> str: ...
-
-    def is_active(self) -> bool: ...
-
-
 class _Base:
-    def __init__(self, manager: GroupManager) -> None:
+    """`identity` works out a call's principal (default: everyone is ANONYMOUS); `authorizer`
+    decides what it may do (default: everything, as with authorization off)."""
+
+    def __init__(
+        self,
+        manager: GroupManager,
+        identity: CallIdentity | None = None,
+        authorizer: Authorizer | None = None,
+    ) -> None:
         self.manager = manager
         self.defaults = manager.defaults
+        self.identity = identity or CallIdentity()
+        self.authorizer = authorizer
+
+    def _principal(self, context: Context) -> str:
+        principal = self.identity.principal(context)
+        if principal is None:
+            raise GroupAuthorizationFailed(
+                "the client certificate names no principal that the server's mapping rules accept."
+            )
+        return principal
+
+    def _allowed(
+        self,
+        principal: str,
+        operation: Operation,
+        name: str,
+        resource_type: ResourceType = ResourceType.GROUP,
+    ) -> bool:
+        return self.authorizer is None or self.authorizer.allowed(
+            principal, operation, resource_type, name
+        )
+
+    def _authorize(
+        self,
+        rpc: str,
+        principal: str,
+        operation: Operation,
+        group_id: str,
+    ) -> None:
+        """GROUP_AUTHORIZATION_FAILED (counted, and kept for the aggregated audit event) unless
+        `principal` may do `operation` on the group."""
+        if not self._allowed(principal, operation, group_id):
+            self._denied(rpc, principal, operation, group_id)
+            raise GroupAuthorizationFailed(
+                f"{principal} is not allowed {operation.value} on group {group_id!r}."
+            )
+
+    def _denied(self, rpc: str, principal: str, operation: Operation, resource: str) -> None:
+        if self.authorizer is not None:
+            self.authorizer.denied(rpc, principal, operation, resource)
+        else:
+            self.manager.metrics.authorization_denials.labels(rpc, operation.value).inc()
 
     def _run(self, rpc: str, call: Callable[[], T], on_error: Callable[[ErrorCode, str], T]) -> T:
         """`call()`, or the answer `on_error` makes of what it raised (counted per RPC and
@@ -88,18 +139,25 @@ class _Base:
         handle: Callable[..., Result[Any]],
         encode: Callable[[Any], R],
         failure: Callable[[ErrorCode, str], R],
+        operation: Operation,
         plan: Callable[[GroupState | None, Q, bool], Any] | None = None,
     ) -> R:
         """Decode, validate (the core's `validate_request`, once, before any ownership step, so
-        bad input touches nothing; the handler is told it ran), plan what can be worked out
-        before the group's lock (`plan`, given to the handler as its `plan` argument), run the
-        core handler on the group's owner, count errors, encode (after the lock is released)."""
+        bad input touches nothing; the handler is told it ran), authorize `operation` on the
+        group, plan what can be worked out before the group's lock (`plan`, given to the
+        handler as its `plan` argument), run the core handler on the group's owner (MEMBER
+        handlers are given the principal, which member ids are bound to), count errors, encode
+        (after the lock is released)."""
 
         def call() -> R:
             req = decode(request)
             validate_request(req)
             group_id = req.group_id
+            principal = self._principal(context)
+            self._authorize(rpc, principal, operation, group_id)
             run = functools.partial(handle, req=req, defaults=self.defaults, validated=True)
+            if operation is Operation.MEMBER:
+                run = functools.partial(run, principal=principal)
             if plan is not None:
                 run = functools.partial(run, plan=plan(self.manager.peek(group_id), req, True))
             resp = self.manager.execute(
@@ -109,6 +167,8 @@ class _Base:
             )
             if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
                 self.manager.metrics.errors.labels(rpc, ErrorCode(resp.error_code).name).inc()
+                if resp.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+                    self._denied(rpc, principal, operation, group_id)  # an id of another
             return encode(resp)
 
         return self._run(rpc, call, failure)
@@ -131,12 +191,13 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
                 coordinator_pb2.ConnectGroupHeartbeatResponse,
                 member_epoch=request.member_epoch,
             ),
+            Operation.MEMBER,
         )
         self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
         return out
 
     def steady_heartbeat(
-        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest
+        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, principal: str
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse | None:
         """The answer to a heartbeat that changes nothing, worked out at once on the calling
         thread, without waiting for the group's lock or touching the database
@@ -147,9 +208,18 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         try:
             req = protocol_wire.heartbeat_request_from_wire(request)
             validate_request(req)
+            if not self._allowed(principal, Operation.MEMBER, req.group_id):
+                return None  # denied: answered (and counted) on the full path
 
             def handle(state: GroupState | None, now: int) -> Result[HeartbeatResponse]:
-                return heartbeat(state, req=req, defaults=self.defaults, now_ms=now, validated=True)
+                return heartbeat(
+                    state,
+                    req=req,
+                    defaults=self.defaults,
+                    now_ms=now,
+                    validated=True,
+                    principal=principal,
+                )
 
             outcome = self.manager.execute_if_steady(req.group_id, handle)
         except Exception:
@@ -183,6 +253,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             functools.partial(
                 convert.error_answer, coordinator_pb2.ConnectGroupPrepareAssignmentResponse
             ),
+            Operation.MEMBER,
         )
 
     def ConnectGroupInstallAssignment(
@@ -198,6 +269,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             functools.partial(
                 convert.error_answer, coordinator_pb2.ConnectGroupInstallAssignmentResponse
             ),
+            Operation.MEMBER,
             plan=plan_install,
         )
 
@@ -214,6 +286,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             put_connector,
             convert.put_connector_response,
             functools.partial(convert.error_answer, admin_pb2.PutConnectorResponse),
+            Operation.ALTER,
         )
 
     def DeleteConnector(
@@ -227,6 +300,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             delete_connector,
             convert.delete_connector_response,
             functools.partial(convert.error_answer, admin_pb2.DeleteConnectorResponse),
+            Operation.ALTER,
         )
 
     def AlterGroupConfigs(
@@ -240,12 +314,19 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             alter_configs,
             convert.alter_configs_response,
             functools.partial(convert.error_answer, admin_pb2.AlterGroupConfigsResponse),
+            Operation.ALTER,
         )
 
     def ListGroups(
         self, request: admin_pb2.ListGroupsRequest, context: Context
     ) -> admin_pb2.ListGroupsResponse:
         def call() -> admin_pb2.ListGroupsResponse:
+            principal = self._principal(context)
+            if not self._allowed(principal, Operation.DESCRIBE, CLUSTER_NAME, ResourceType.CLUSTER):
+                self._denied("ListGroups", principal, Operation.DESCRIBE, CLUSTER_NAME)
+                raise ClusterAuthorizationFailed(
+                    f"{principal} is not allowed DESCRIBE on the cluster (needed to list groups)."
+                )
             if request.page_size < 0:
                 raise InvalidRequest(f"page_size must be >= 0, not {request.page_size}.")
             page, next_token = self.manager.list_groups(request.page_token, request.page_size)
@@ -292,6 +373,9 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
 
         def call() -> admin_pb2.DescribedGroup:
             validate_group_id(group_id)
+            self._authorize(
+                "DescribeGroups", self._principal(context), Operation.DESCRIBE, group_id
+            )
             answer = self.manager.execute(
                 group_id, describe, cancelled=lambda: not context.is_active()
             )
@@ -308,6 +392,9 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
     ) -> admin_pb2.FindCoordinatorResponse:
         def call() -> admin_pb2.FindCoordinatorResponse:
             validate_group_id(request.group_id)
+            self._authorize(
+                "FindCoordinator", self._principal(context), Operation.DESCRIBE, request.group_id
+            )
             try:
                 return convert.found_coordinator(self.manager.owner_address(request.group_id))
             except NotOwner as other:

@@ -139,7 +139,12 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
             "catalogue": compact_resources(prepared.catalogue),
         },
         "holds": [
-            {"member_id": h.member_id, "resources": h.resources.to_json(), "until_ms": h.until_ms}
+            {
+                "member_id": h.member_id,
+                "resources": h.resources.to_json(),
+                "until_ms": h.until_ms,
+                "principal": h.principal,
+            }
             for h in meta.holds
         ],
         "session_floor_ms": meta.session_floor_ms,
@@ -167,7 +172,12 @@ def meta_from_row(row: Row) -> GroupMeta:
             catalogue=expand_resources(prepared["catalogue"]),
         ),
         holds=tuple(
-            Hold(str(h["member_id"]), _resources(h["resources"]), int(h["until_ms"]))
+            Hold(
+                str(h["member_id"]),
+                _resources(h["resources"]),
+                int(h["until_ms"]),
+                str(h.get("principal", "")),
+            )
             for h in row["holds"] or ()
         ),
         session_floor_ms=int(row["session_floor_ms"]),
@@ -213,6 +223,7 @@ def member_row(group_id: str, member: Member) -> dict[str, Any]:
         "assignors": [_assignor_json(a) for a in member.assignors],
         "assigned": member.assigned.to_json(),
         "pending_revocation": member.pending_revocation.to_json(),
+        "principal": member.principal,
     }
 
 
@@ -239,6 +250,7 @@ def member_from_row(row: Row) -> Member:
         state=MemberState(row["state"]),
         assigned=_resources(row["assigned"]),
         pending_revocation=_resources(row["pending_revocation"]),
+        principal=row["principal"],
     )
 
 

@@ -18,6 +18,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 GROUP_ID_LENGTH = 249
+#: The longest principal name kept (a certificate subject mapped by the rules).
+PRINCIPAL_LENGTH = 1024
 GROUP_TYPE_CONNECT = "connect"
 MEMBER_STATES = ("STABLE", "UNREVOKED", "UNRELEASED", "LEFT")
 
@@ -131,6 +133,8 @@ class MemberRow(Base):
     assignors: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     assigned: Mapped[dict[str, Any]] = mapped_column(JSON)
     pending_revocation: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Who created the member (DESIGN 3.2): only that principal may act as it.
+    principal: Mapped[str] = mapped_column(sa.String(PRINCIPAL_LENGTH), server_default="")
 
 
 class ConnectorRow(Base):
@@ -200,6 +204,23 @@ class EventRow(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
+class AclRow(Base):
+    """One access control entry (`core.acls.AclEntry`), managed by `coordinator-svc acl`. Ids
+    are never reused (the coordinators notice a change by the count and the largest id)."""
+
+    __tablename__ = "acls"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
+    principal: Mapped[str] = mapped_column(sa.String(PRINCIPAL_LENGTH))
+    operation: Mapped[str] = mapped_column(sa.String(32))
+    resource_type: Mapped[str] = mapped_column(sa.String(16))
+    pattern_type: Mapped[str] = mapped_column(sa.String(16))
+    pattern: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH))
+    permission: Mapped[str] = mapped_column(sa.String(8))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
 def _table(model: type[Base]) -> sa.Table:
     table = model.__table__
     assert isinstance(table, sa.Table)
@@ -214,6 +235,7 @@ target_assignments = _table(TargetAssignmentRow)
 target_assignment_members = _table(TargetAssignmentMemberRow)
 group_configs = _table(GroupConfigRow)
 events = _table(EventRow)
+acls = _table(AclRow)
 
 STATE_TABLES = (
     groups,

@@ -23,6 +23,7 @@ from coordinator_svc.core.model import GroupState
 from coordinator_svc.core.records import Record
 
 from . import state_writes
+from .acl_store import AclStore
 from .engine import Database
 from .errors import Lease, LeaseHolder, StoreUnavailable
 from .leases import Leases
@@ -59,6 +60,8 @@ class SqlStore:
         self._leases = Leases(self._db, owner_id, advertised_address, lease_ms)
         self._writes = WriteStatements.build(self._db)
         self._reads = Reads(self._db)
+        #: The ACL table and the authorization events (`acl_store`).
+        self.acls = AclStore(self._db)
 
     def _transaction(self, *, write: bool) -> AbstractContextManager[Connection]:
         """One transaction on the store's database (for tests and tools that read it directly);

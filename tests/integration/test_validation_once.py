@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from connect.group.v1 import admin_pb2, coordinator_pb2
 
+from coordinator_svc.core.acls import ANONYMOUS
 from coordinator_svc.core.model import GroupConfigDefaults
-from coordinator_svc.grpc_api.aio import PoolContext
+from coordinator_svc.grpc_api.context import PoolContext
 from coordinator_svc.grpc_api.servicers import AdminServicer, CoordinatorServicer
 from coordinator_svc.runtime.groups import GroupManager
 from coordinator_svc.store import SqlStore
@@ -60,7 +61,7 @@ def test_each_request_is_validated_once(
     servicers: tuple[CoordinatorServicer, AdminServicer],
 ) -> None:
     coordinator, admin = servicers
-    context = PoolContext("ipv4:127.0.0.1:1")
+    context = PoolContext("ipv4:127.0.0.1:1", ANONYMOUS)
     put, calls = validator_calls(
         lambda: admin.PutConnector(
             admin_pb2.PutConnectorRequest(group_id="g", connector="c", task_count=2), context

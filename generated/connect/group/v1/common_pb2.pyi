@@ -17,9 +17,12 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_GROUP_ID: _ClassVar[ErrorCode]
     UNKNOWN_MEMBER_ID: _ClassVar[ErrorCode]
     GROUP_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
+    CLUSTER_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     INVALID_REQUEST: _ClassVar[ErrorCode]
+    POLICY_VIOLATION: _ClassVar[ErrorCode]
     GROUP_ID_NOT_FOUND: _ClassVar[ErrorCode]
     GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
+    THROTTLING_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
     FENCED_INSTANCE_ID: _ClassVar[ErrorCode]
     FENCED_MEMBER_EPOCH: _ClassVar[ErrorCode]
     UNRELEASED_INSTANCE_ID: _ClassVar[ErrorCode]
@@ -34,9 +37,12 @@ NOT_COORDINATOR: ErrorCode
 INVALID_GROUP_ID: ErrorCode
 UNKNOWN_MEMBER_ID: ErrorCode
 GROUP_AUTHORIZATION_FAILED: ErrorCode
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode
 INVALID_REQUEST: ErrorCode
+POLICY_VIOLATION: ErrorCode
 GROUP_ID_NOT_FOUND: ErrorCode
 GROUP_MAX_SIZE_REACHED: ErrorCode
+THROTTLING_QUOTA_EXCEEDED: ErrorCode
 FENCED_INSTANCE_ID: ErrorCode
 FENCED_MEMBER_EPOCH: ErrorCode
 UNRELEASED_INSTANCE_ID: ErrorCode
