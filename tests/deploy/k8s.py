@@ -6,6 +6,8 @@
 - `container_env()`: a container's environment as the kubelet builds it: `envFrom` first, then
   `env` in order, values from ConfigMaps, Secrets and the Downward API, `$(VAR)` expanded against
   what is defined so far (`$$` escapes), unknown references left as they are.
+- cert-manager: `is_cert_manager()` tells its objects (no schema for them offline), and
+  `Rendered.issued_secrets()` the Secrets its Certificates will create.
 """
 
 from __future__ import annotations
@@ -55,6 +57,19 @@ def render(path: Path) -> tuple[str, list[Obj]]:
         pytest.fail(f"kubectl kustomize {path} failed:\n{done.stderr}", pytrace=False)
     objects = [o for o in yaml.safe_load_all(done.stdout) if o is not None]
     return done.stdout, objects
+
+
+# What cert-manager writes into a Certificate's Secret (with a CA or self-signed issuer).
+ISSUED_SECRET_KEYS = ("tls.crt", "tls.key", "ca.crt")
+CERT_MANAGER_API = "cert-manager.io/v1"
+
+
+def is_cert_manager(obj: Obj) -> bool:
+    """An object of cert-manager's API group (Issuer, ClusterIssuer, Certificate, ...)."""
+    return str(obj.get("apiVersion", "")).split("/")[0] in (
+        "cert-manager.io",
+        "acme.cert-manager.io",
+    )
 
 
 def namespace_of(obj: Obj) -> str:
@@ -146,6 +161,23 @@ class Rendered:
             for o in self.all("Secret")
             if namespace_of(o) == namespace
         }
+
+    def issued_secrets(self, namespace: str) -> dict[str, tuple[str, ...]]:
+        """The Secrets the rendered cert-manager Certificates in `namespace` will create, with
+        their keys: present once cert-manager has issued them, never in the rendered YAML."""
+        return {
+            o["spec"]["secretName"]: ISSUED_SECRET_KEYS
+            for o in self.all("Certificate")
+            if is_cert_manager(o) and namespace_of(o) == namespace
+        }
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """The labels of `namespace` as the API server has them: those the overlay renders on the
+        Namespace, plus kubernetes.io/metadata.name, which it sets on every namespace."""
+        ns = self.find("Namespace", namespace)
+        labels = dict(((ns or {}).get("metadata") or {}).get("labels") or {})
+        labels["kubernetes.io/metadata.name"] = namespace
+        return labels
 
     def pod_templates(self) -> list[PodTemplate]:
         return list(_pod_templates(self.objects))

@@ -2,7 +2,9 @@
 object validates offline against the Kubernetes schemas (`kubernetes-validate --strict`), and the
 objects are wired to each other and to the programs they run: probes, Services, selectors, the
 agent's coordinator address, Secrets and ConfigMaps, environment variables each program reads,
-the audit CronJob's command line, and the Dockerfile that builds the image."""
+the audit CronJob's command line, and the Dockerfile that builds the image. Without the TLS
+component the coordinator and the agents talk plaintext, on purpose and said so; with it, see
+test_tls_manifests.py."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 from coordinator_svc.grpc_api.server import ADMIN_SERVICE, COORDINATOR_SERVICE
-from tests.deploy.conftest import PROD_WITH_WORKERS
+from tests.deploy.conftest import PROD_WITH_WORKERS, PROD_WITH_WORKERS_TLS
 from tests.deploy.k8s import (
     REPO,
     Obj,
@@ -26,6 +29,7 @@ from tests.deploy.k8s import (
     argv,
     container_env,
     container_ports,
+    is_cert_manager,
     labels_match,
     load_example_secret,
     overlay_names,
@@ -33,8 +37,15 @@ from tests.deploy.k8s import (
 )
 
 OVERLAYS = overlay_names()
-# Every overlay, plus prod with the sample worker component added the way README says.
-ALL = [*OVERLAYS, PROD_WITH_WORKERS]
+# Every overlay, plus prod with the sample worker component added the way README says, and with
+# the TLS component too.
+ALL = [*OVERLAYS, PROD_WITH_WORKERS, PROD_WITH_WORKERS_TLS]
+# The renderings that run the sample workers.
+WITH_WORKERS = [
+    *(o for o in OVERLAYS if o.startswith("dev")),
+    PROD_WITH_WORKERS,
+    PROD_WITH_WORKERS_TLS,
+]
 # The oldest Kubernetes the manifests support (README) and the newest schemas installed.
 K8S_VERSIONS = ("1.28.0", None)
 BIN = Path(sys.executable).parent
@@ -57,8 +68,11 @@ def test_every_object_validates_offline_against_the_kubernetes_schemas(
     rendered: dict[str, Rendered], overlay: str, version: str | None, tmp_path: Path
 ) -> None:
     r = rendered[overlay]
+    # cert-manager's kinds have no schema here (they are CRDs): test_tls_manifests.py checks
+    # their structure. Everything else must have one.
+    checked = [o for o in r.objects if not is_cert_manager(o)]
     path = tmp_path / f"{overlay}.yaml"
-    path.write_text(r.text)
+    path.write_text(yaml.safe_dump_all(checked, sort_keys=False))
     tool = BIN / "kubernetes-validate"
     assert tool.exists(), f"{tool} missing: `pip install -e '.[dev]'` installs kubernetes-validate"
     cmd = [str(tool), "--strict", *(["-k", version] if version else []), str(path)]
@@ -67,8 +81,8 @@ def test_every_object_validates_offline_against_the_kubernetes_schemas(
     assert done.returncode == 0, output
     passed = re.findall(r"passed for resource (\S+)", output)
     # Every object was checked against a schema (none skipped as unknown).
-    assert len(passed) == len(r.objects), output
-    assert len(r.objects) >= 12
+    assert len(passed) == len(checked), output
+    assert len(checked) >= 12
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -147,9 +161,17 @@ def test_probes_point_at_ports_their_containers_expose(
 def test_coordinator_probes_are_native_grpc_health_checks_of_services_it_serves(
     rendered: dict[str, Rendered], overlay: str
 ) -> None:
-    [(_template, container)] = rendered[overlay].pods_running(*COORDINATOR)
+    """Native gRPC probes without TLS; with TLS, which the kubelet's gRPC probe cannot speak,
+    exec probes (checked in detail in test_tls_manifests.py)."""
+    r = rendered[overlay]
+    [(template, container)] = r.pods_running(*COORDINATOR)
     probes = dict(_probes(container))
     assert {"readinessProbe", "livenessProbe"} <= set(probes)
+    if "COORDINATOR_TLS_CERT" in _env_without_secrets(r, container, template.namespace):
+        # The kubelet's gRPC probe would fail the TLS handshake: exec probes (their details
+        # are checked in test_tls_manifests.py).
+        assert all(set(p) & {"grpc", "exec"} == {"exec"} for p in probes.values()), probes
+        return
     for kind, probe in probes.items():
         assert "grpc" in probe, f"{kind} is not a native gRPC probe"
         # The health service answers for "" (the server) and each of the two services.
@@ -248,7 +270,7 @@ def resolve_service(r: Rendered, address: str, client_ns: str) -> tuple[Obj, Obj
     return service, service_port
 
 
-@pytest.mark.parametrize("overlay", ["dev", PROD_WITH_WORKERS])
+@pytest.mark.parametrize("overlay", WITH_WORKERS)
 def test_worker_sidecar_coordinator_address_resolves_to_the_coordinator_service(
     rendered: dict[str, Rendered], overlay: str
 ) -> None:
@@ -271,8 +293,17 @@ def test_worker_sidecar_coordinator_address_resolves_to_the_coordinator_service(
             )
 
 
-def _admitted(r: Rendered, server: PodTemplate, client: PodTemplate, port: int) -> bool:
-    """Whether the NetworkPolicies that select `server` let `client` pods in on `port`."""
+def _admitted(
+    r: Rendered,
+    server: PodTemplate,
+    client: PodTemplate,
+    port: int,
+    client_namespace_labels: dict[str, str] | None = None,
+) -> bool:
+    """Whether the NetworkPolicies that select `server` let `client` pods in on `port`. The
+    client's namespace has the labels the overlay gives it (`Rendered.namespace_labels`) plus
+    `client_namespace_labels`."""
+    ns_labels = {**r.namespace_labels(client.namespace), **(client_namespace_labels or {})}
     server_ports = {k: v for c in server.containers for k, v in container_ports(c).items()}
     policies = [
         p
@@ -294,9 +325,7 @@ def _admitted(r: Rendered, server: PodTemplate, client: PodTemplate, port: int) 
                 same_ns = client.namespace == server.namespace
                 ns_ok = (
                     "namespaceSelector" in peer
-                    and labels_match(
-                        peer["namespaceSelector"], {"kubernetes.io/metadata.name": client.namespace}
-                    )
+                    and labels_match(peer["namespaceSelector"], ns_labels)
                 ) or ("namespaceSelector" not in peer and same_ns)
                 if ns_ok and labels_match(peer["podSelector"], client.labels):
                     return True
@@ -317,7 +346,7 @@ def test_network_policy_admits_workers_admin_clients_and_the_scraper_only(
             {"kind": "Pod", "metadata": {"name": "x"}}, namespace, {"labels": labels}, {}
         )
 
-    worker = pod({"connect-coordinator/client": "worker"}, "elsewhere")
+    worker = pod({"connect-coordinator/client": "worker"})
     admin = pod({"connect-coordinator/client": "admin"})
     stranger = pod({"app": "something-else"})
     scraper = pod({"app.kubernetes.io/name": "prometheus"}, "monitoring")
@@ -325,11 +354,99 @@ def test_network_policy_admits_workers_admin_clients_and_the_scraper_only(
     assert _admitted(r, coordinator, admin, ports["grpc"])
     assert not _admitted(r, coordinator, stranger, ports["grpc"])
     assert not _admitted(r, coordinator, worker, ports["metrics"])
+    # From another namespace, the pod label is not enough: the namespace must be granted access
+    # by its label (README, "Security").
+    access = {"connect-coordinator/access": "true"}
+    for client in (
+        pod({"connect-coordinator/client": "worker"}, "elsewhere"),
+        pod({"connect-coordinator/client": "admin"}, "elsewhere"),
+    ):
+        assert not _admitted(r, coordinator, client, ports["grpc"])
+        assert _admitted(r, coordinator, client, ports["grpc"], access)
+    assert not _admitted(
+        r, coordinator, pod({"app": "something-else"}, "elsewhere"), ports["grpc"], access
+    )
     assert _admitted(r, coordinator, scraper, ports["metrics"])
     assert not _admitted(r, coordinator, scraper, ports["grpc"])
     assert not _admitted(
         r, coordinator, pod({"app.kubernetes.io/name": "prometheus"}), ports["metrics"]
     )
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_network_policies_admit_pods_of_named_namespaces_only(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    """A pod label can be set by anyone who creates a pod, in any namespace: every ingress peer
+    that selects pods also selects namespaces by a label (or leaves the namespaceSelector out,
+    which means the policy's own namespace). Every pod of the image that listens on a port is
+    isolated by a policy, and the worker pods admit nobody."""
+    r = rendered[overlay]
+    policies = r.all("NetworkPolicy")
+    assert policies
+    for policy in policies:
+        name = policy["metadata"]["name"]
+        for rule in policy["spec"].get("ingress") or []:
+            for peer in rule.get("from") or []:
+                assert "ipBlock" not in peer, f"NetworkPolicy {name}: {peer}"
+                selector = peer.get("namespaceSelector")
+                if selector is not None:
+                    assert selector.get("matchLabels") or selector.get("matchExpressions"), (
+                        f"NetworkPolicy {name}: {peer} admits pods of every namespace"
+                    )
+                else:
+                    assert "podSelector" in peer, f"NetworkPolicy {name}: {peer}"
+    for template in r.pod_templates():
+        listens = any(container_ports(c) for c in template.containers)
+        ours = any(IMAGE in c["image"] for c in template.containers)
+        if not (listens and ours):
+            continue
+        assert any(
+            p["metadata"]["namespace"] == template.namespace
+            and labels_match(p["spec"]["podSelector"], template.labels)
+            and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+            for p in policies
+        ), f"{template.owner_ref} is not isolated by any NetworkPolicy"
+    for template, agent in r.pods_running(*AGENT):
+        anyone = PodTemplate(
+            {"kind": "Pod", "metadata": {"name": "x"}},
+            template.namespace,
+            {"labels": {"connect-coordinator/client": "admin"}},
+            {},
+        )
+        for port in set(container_ports(agent).values()):
+            assert not _admitted(r, template, anyone, port), f"{template.owner_ref}: {port}"
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_coordinator_and_agents_speak_tls_or_plaintext_by_explicit_choice(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    """The coordinator listens on the pod's addresses (the product's default is the loopback
+    without TLS). Without TLS, plaintext is allowed explicitly (the product refuses a
+    non-loopback address otherwise); with TLS, it is not. The agents follow the coordinator."""
+    r = rendered[overlay]
+    [(coordinator, container)] = r.pods_running(*COORDINATOR)
+    env = _env_without_secrets(r, container, coordinator.namespace)
+    assert env.get("COORDINATOR_HOST") in ("0.0.0.0", "::"), env.get("COORDINATOR_HOST")
+    tls = "COORDINATOR_TLS_CERT" in env
+    if tls:
+        assert "COORDINATOR_ALLOW_PLAINTEXT" not in env
+    else:
+        assert env.get("COORDINATOR_ALLOW_PLAINTEXT") == "1"
+        explicit = [e for e in container["env"] if e["name"] == "COORDINATOR_ALLOW_PLAINTEXT"]
+        assert explicit, "set in the Deployment, where its comment says why"
+    for template, agent in r.pods_running(*AGENT):
+        ns = template.namespace
+        agent_env = container_env(
+            agent, PodFacts("connect-worker-0", ns, "10.0.0.9"), r.configmaps(ns), r.secrets(ns)
+        )
+        if tls:
+            assert "WORKER_AGENT_TLS_CA" in agent_env, f"{template.owner_ref}: no TLS"
+            assert "WORKER_AGENT_ALLOW_PLAINTEXT" not in agent_env
+        else:
+            assert "WORKER_AGENT_TLS_CA" not in agent_env
+            assert agent_env.get("WORKER_AGENT_ALLOW_PLAINTEXT") == "1", template.owner_ref
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -350,13 +467,17 @@ def test_prometheus_annotations_name_the_metrics_port_the_coordinator_serves(
 @pytest.mark.parametrize("overlay", ALL)
 def test_secret_and_configmap_keys_used_exist(rendered: dict[str, Rendered], overlay: str) -> None:
     """Secrets the overlay renders must hold the keys used; one it leaves to the operator must be
-    the example Secret (deploy/k8s/examples), which holds them."""
+    the example Secret (deploy/k8s/examples), which holds them; one a cert-manager Certificate
+    of the overlay creates holds what cert-manager writes."""
     r = rendered[overlay]
     example = load_example_secret()
     used = 0
     for template in r.pod_templates():
         ns = template.namespace
-        secrets = r.secrets(ns)
+        secrets = {
+            **{name: dict.fromkeys(keys, "x") for name, keys in r.issued_secrets(ns).items()},
+            **r.secrets(ns),
+        }
         if example["metadata"]["name"] not in secrets:
             secrets[example["metadata"]["name"]] = secret_data(example)
         for container in template.containers:
@@ -418,7 +539,7 @@ def test_every_container_of_the_image_is_non_root_read_only_and_bounded(
     assert ours >= 3
 
 
-@pytest.mark.parametrize("overlay", ["dev", PROD_WITH_WORKERS])
+@pytest.mark.parametrize("overlay", WITH_WORKERS)
 def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_grace(
     rendered: dict[str, Rendered], overlay: str
 ) -> None:

@@ -127,7 +127,7 @@ class Rehearsal:
                 if cm.get("METRICS_PORT") == str(ports["metrics"]):
                     cm["METRICS_PORT"] = str(local[ports["metrics"]])
             pod = self._pod(self.coord_t, name, configmaps, {})
-            # In the pod it listens on every address (the default 0.0.0.0); here the loopback.
+            # In the pod it listens on every address (COORDINATOR_HOST=0.0.0.0); here the loopback.
             pod.containers[0].env["COORDINATOR_HOST"] = "127.0.0.1"
             self.coordinators[name] = pod
             self.coordinator_ports[name] = local
