@@ -6,10 +6,13 @@ its credentials from `ClientTls.pem()`."""
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .env import env_default
 
 #: The hosts a plaintext connection may go to without an explicit flag.
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -114,3 +117,58 @@ class ClientTls:
         if self.server_name:
             return [("grpc.ssl_target_name_override", self.server_name)]
         return []
+
+
+def add_client_tls_arguments(parser: argparse.ArgumentParser, env_prefix: str, what: str) -> None:
+    """The TLS flags of a client (`what`: "the agent", "the command"), each also read from
+    `<env_prefix><FLAG>`: --tls-ca, --tls-cert, --tls-key, --tls-server-name,
+    --allow-plaintext. `client_tls(args)` turns them into a ClientTls."""
+    group = parser.add_argument_group(
+        "transport security",
+        f"Without --tls-ca or --tls-cert {what} speaks plaintext, and only to loopback "
+        "coordinators unless --allow-plaintext is given. The files are read again when they "
+        "change (cert-manager rotation): the next connection uses them.",
+    )
+
+    def env(name: str) -> str | None:
+        return env_default(f"{env_prefix}{name}", None)
+
+    group.add_argument(
+        "--tls-ca",
+        default=env("TLS_CA"),
+        help=f"PEM CA bundle that verifies the coordinator; TLS on ({env_prefix}TLS_CA)",
+    )
+    group.add_argument(
+        "--tls-cert",
+        default=env("TLS_CERT"),
+        help="PEM client certificate for mTLS; its identity is the caller's principal "
+        f"({env_prefix}TLS_CERT)",
+    )
+    group.add_argument(
+        "--tls-key",
+        default=env("TLS_KEY"),
+        help=f"PEM key of the client certificate ({env_prefix}TLS_KEY)",
+    )
+    group.add_argument(
+        "--tls-server-name",
+        default=env("TLS_SERVER_NAME"),
+        help="name to verify in the coordinator's certificate instead of the dialled host, "
+        f"e.g. when FindCoordinator answers with pod IPs ({env_prefix}TLS_SERVER_NAME)",
+    )
+    group.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        default=(env("ALLOW_PLAINTEXT") or "") not in ("", "0", "false"),
+        help=f"talk plaintext to non-loopback coordinators ({env_prefix}ALLOW_PLAINTEXT=1)",
+    )
+
+
+def client_tls(args: argparse.Namespace) -> ClientTls | None:
+    """The ClientTls the flags of `add_client_tls_arguments` ask for (None: plaintext), its
+    files read once now so that a bad one is reported before anything starts;
+    TlsConfigError if unusable."""
+    if not (args.tls_ca or args.tls_cert or args.tls_key):
+        return None
+    tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+    tls.pem()
+    return tls

@@ -13,9 +13,16 @@ from collections.abc import Callable, Sequence
 from connect_protocol.configs import MAX_CONFIG_VALUE
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
-from connect_protocol.tls import ClientTls, TlsConfigError, plaintext_problem
+from connect_protocol.tls import (
+    TlsConfigError,
+    add_client_tls_arguments,
+    client_tls,
+    plaintext_problem,
+)
 
+from .acl_admin import acl_cmd, add_acl_parser
 from .admin_client import (
+    PlaintextRefused,
     alter_configs_cmd,
     delete_connector_cmd,
     describe,
@@ -179,6 +186,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=_env("METRICS_HOST", None),
         help="address the metrics endpoint listens on; default: --host (METRICS_HOST)",
     )
+    _add_limits(p)
     _add_server_security(p)
     p.add_argument(
         "--max-workers",
@@ -201,6 +209,90 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="how long in-flight requests may finish on SIGTERM (SHUTDOWN_GRACE_S)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), help="(LOG_LEVEL)")
+
+
+#: The limits of `serve`: flag, environment variable, GroupConfigDefaults field, what it bounds.
+LIMIT_FLAGS = (
+    ("--max-groups", "MAX_GROUPS", "max_groups", "groups in the database (all coordinators')"),
+    (
+        "--max-connectors-per-group",
+        "MAX_CONNECTORS_PER_GROUP",
+        "max_connectors_per_group",
+        "connectors in one group's catalogue",
+    ),
+    (
+        "--max-tasks-per-group",
+        "MAX_TASKS_PER_GROUP",
+        "max_tasks_per_group",
+        "tasks of all connectors of one group",
+    ),
+    (
+        "--max-config-bytes-per-connector",
+        "MAX_CONFIG_BYTES_PER_CONNECTOR",
+        "max_config_bytes_per_connector",
+        "bytes of one connector's config (keys and values, UTF-8)",
+    ),
+    (
+        "--max-config-bytes-per-group",
+        "MAX_CONFIG_BYTES_PER_GROUP",
+        "max_config_bytes_per_group",
+        "bytes of all connector configs of one group",
+    ),
+    (
+        "--max-assignor-metadata-bytes",
+        "MAX_ASSIGNOR_METADATA_BYTES",
+        "max_assignor_metadata_bytes",
+        "bytes of a member's client assignor metadata",
+    ),
+    (
+        "--max-assignor-state-bytes",
+        "MAX_ASSIGNOR_STATE_BYTES",
+        "max_assignor_state_bytes",
+        "bytes of an installed assignor state plus its per-member metadata",
+    ),
+)
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    limits = p.add_argument_group(
+        "limits",
+        "A request over one of these is refused with POLICY_VIOLATION (over a rate: "
+        "THROTTLING_QUOTA_EXCEEDED) and changes nothing. Ids and names are at most 249 "
+        "characters, urls 2048, install error messages 4096 (the database's columns).",
+    )
+    defaults = GroupConfigDefaults()
+    for flag, env, field_name, what in LIMIT_FLAGS:
+        limits.add_argument(
+            flag,
+            type=int,
+            default=_env(env, getattr(defaults, field_name)),
+            help=f"most {what} ({env})",
+        )
+    limits.add_argument(
+        "--max-joins-per-s",
+        type=float,
+        default=_env("MAX_JOINS_PER_S", 2_000.0),
+        help="joins (epoch-0 heartbeats) per second per principal, bursts of five times it; "
+        "0 = unlimited (MAX_JOINS_PER_S)",
+    )
+    limits.add_argument(
+        "--max-group-creations-per-s",
+        type=float,
+        default=_env("MAX_GROUP_CREATIONS_PER_S", 100.0),
+        help="group creations per second per principal, bursts of five times it; 0 = "
+        "unlimited (MAX_GROUP_CREATIONS_PER_S)",
+    )
+
+
+def _limits_problem(args: argparse.Namespace) -> str | None:
+    for flag, _env_name, _field, _what in LIMIT_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value < 1:
+            return f"{flag} must be at least 1, not {value}"
+    for flag in ("max_joins_per_s", "max_group_creations_per_s"):
+        if getattr(args, flag) < 0:
+            return f"--{flag.replace('_', '-')} must be >= 0 (0: unlimited)"
+    return None
 
 
 def _add_server_security(p: argparse.ArgumentParser) -> None:
@@ -283,41 +375,6 @@ def _add_server_security(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_client_security(p: argparse.ArgumentParser) -> None:
-    tls = p.add_argument_group(
-        "transport security",
-        "Without --tls-ca or --tls-cert the command speaks plaintext, only to a loopback "
-        "address unless --allow-plaintext is given.",
-    )
-    tls.add_argument(
-        "--tls-ca",
-        default=_env("COORDINATOR_CLIENT_TLS_CA", None),
-        help="PEM CA bundle that verifies the coordinator; TLS on (COORDINATOR_CLIENT_TLS_CA)",
-    )
-    tls.add_argument(
-        "--tls-cert",
-        default=_env("COORDINATOR_CLIENT_TLS_CERT", None),
-        help="PEM client certificate for mTLS (COORDINATOR_CLIENT_TLS_CERT)",
-    )
-    tls.add_argument(
-        "--tls-key",
-        default=_env("COORDINATOR_CLIENT_TLS_KEY", None),
-        help="PEM key of the client certificate (COORDINATOR_CLIENT_TLS_KEY)",
-    )
-    tls.add_argument(
-        "--tls-server-name",
-        default=_env("COORDINATOR_CLIENT_TLS_SERVER_NAME", None),
-        help="name to verify in the coordinator's certificate instead of the dialled host "
-        "(COORDINATOR_CLIENT_TLS_SERVER_NAME)",
-    )
-    tls.add_argument(
-        "--allow-plaintext",
-        action="store_true",
-        default=_env("COORDINATOR_CLIENT_ALLOW_PLAINTEXT", "") not in ("", "0", "false"),
-        help="talk plaintext to a non-loopback address (COORDINATOR_CLIENT_ALLOW_PLAINTEXT=1)",
-    )
-
-
 def _server_security_problem(args: argparse.Namespace) -> str | None:
     """Why the serve command's TLS and authorization flags cannot work, or None. Resolves
     --host, --metrics-host and the parsed mapping rules into `args`."""
@@ -355,12 +412,10 @@ def _server_security_problem(args: argparse.Namespace) -> str | None:
 
 def _client_security_problem(args: argparse.Namespace) -> str | None:
     """Why an operator command's TLS flags cannot work, or None; sets `args.tls`."""
-    args.tls = None
-    if args.tls_ca or args.tls_cert or args.tls_key:
-        try:
-            args.tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
-        except TlsConfigError as error:
-            return f"--tls-cert/--tls-key: {error}"
+    try:
+        args.tls = client_tls(args)
+    except TlsConfigError as error:
+        return str(error)
     return None
 
 
@@ -382,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLAlchemy URL (DATABASE_URL)",
     )
 
+    add_acl_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
+
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument(
@@ -391,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
         _add_max_message_bytes(p, "this command")
-        _add_client_security(p)
+        add_client_tls_arguments(p, "COORDINATOR_CLIENT_", "the command")
         return p
 
     d = client(
@@ -430,6 +487,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "put-connector": put_connector_cmd,
     "delete-connector": delete_connector_cmd,
     "alter-configs": alter_configs_cmd,
+    "acl": acl_cmd,
 }
 
 
@@ -446,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"coordinator-svc {args.command}: {problem}", file=sys.stderr)
             return 2
     if args.command == "serve":
-        problem = _defaults_problem(args) or _server_security_problem(args)
+        problem = _defaults_problem(args) or _limits_problem(args) or _server_security_problem(args)
         if problem is not None:
             print(f"coordinator-svc serve: {problem}", file=sys.stderr)
             return 2
@@ -463,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "pip install 'connect-group-coordinator[coordinator]'",
             file=sys.stderr,
         )
+        return 2
+    except PlaintextRefused as error:
+        print(f"coordinator-svc {args.command}: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # the CLI reports, it does not dump a traceback on bad input
         if os.environ.get("COORDINATOR_DEBUG"):

@@ -31,6 +31,7 @@ def serve(args: argparse.Namespace) -> int:
     from .metrics import Metrics
     from .runtime.authorizer import Authorizer
     from .runtime.groups import GroupManager
+    from .runtime.quotas import PrincipalQuotas
     from .store import SqlStore
     from .store.migrate import pending_revision
 
@@ -48,6 +49,13 @@ def serve(args: argparse.Namespace) -> int:
         assignment_error_backoff_ms=args.assignment_error_backoff_ms,
         max_group_size=args.max_group_size,
         max_message_bytes=args.max_message_bytes,
+        max_groups=args.max_groups,
+        max_connectors_per_group=args.max_connectors_per_group,
+        max_tasks_per_group=args.max_tasks_per_group,
+        max_config_bytes_per_connector=args.max_config_bytes_per_connector,
+        max_config_bytes_per_group=args.max_config_bytes_per_group,
+        max_assignor_metadata_bytes=args.max_assignor_metadata_bytes,
+        max_assignor_state_bytes=args.max_assignor_state_bytes,
     )
     store = SqlStore(
         args.database_url, owner_id=node_id, advertised_address=advertised, lease_ms=args.lease_ms
@@ -89,6 +97,9 @@ def serve(args: argparse.Namespace) -> int:
                 PrincipalSource(args.principal_from), args.mapping_rules
             ),
             authorizer=authorizer,
+            quotas=PrincipalQuotas(
+                join_rate=args.max_joins_per_s, creation_rate=args.max_group_creations_per_s
+            ),
         )
     except BaseException:
         authorizer.stop()

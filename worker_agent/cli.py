@@ -19,7 +19,14 @@ from typing import TypeVar
 from connect_protocol import logs
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
-from connect_protocol.tls import ClientTls, TlsConfigError, host_of, is_loopback, plaintext_problem
+from connect_protocol.tls import (
+    TlsConfigError,
+    add_client_tls_arguments,
+    client_tls,
+    host_of,
+    is_loopback,
+    plaintext_problem,
+)
 
 from .assignors import PROTOCOLS, assignors_for_protocol
 from .hooks import ExecHookListener, WebhookListener
@@ -57,40 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         help="coordinator host:port; several, comma-separated, are tried in turn when looking "
         "for the group's coordinator (WORKER_AGENT_COORDINATOR; default 127.0.0.1:9093)",
     )
-    tls = run.add_argument_group(
-        "transport security",
-        "Without --tls-ca or --tls-cert the agent speaks plaintext, and only to loopback "
-        "coordinators unless --allow-plaintext is given. The files are re-read when they change "
-        "(cert-manager rotation): the next connection uses them.",
-    )
-    tls.add_argument(
-        "--tls-ca",
-        default=_env("TLS_CA", None),
-        help="PEM CA bundle that verifies the coordinator; TLS on (WORKER_AGENT_TLS_CA)",
-    )
-    tls.add_argument(
-        "--tls-cert",
-        default=_env("TLS_CERT", None),
-        help="PEM client certificate for mTLS; its identity is this agent's principal "
-        "(WORKER_AGENT_TLS_CERT)",
-    )
-    tls.add_argument(
-        "--tls-key",
-        default=_env("TLS_KEY", None),
-        help="PEM key of the client certificate (WORKER_AGENT_TLS_KEY)",
-    )
-    tls.add_argument(
-        "--tls-server-name",
-        default=_env("TLS_SERVER_NAME", None),
-        help="name to verify in the coordinator's certificate instead of the dialled host, "
-        "e.g. when FindCoordinator answers with pod IPs (WORKER_AGENT_TLS_SERVER_NAME)",
-    )
-    tls.add_argument(
-        "--allow-plaintext",
-        action="store_true",
-        default=_env("ALLOW_PLAINTEXT", "") not in ("", "0", "false"),
-        help="talk plaintext to non-loopback coordinators (WORKER_AGENT_ALLOW_PLAINTEXT=1)",
-    )
+    add_client_tls_arguments(run, "WORKER_AGENT_", "the agent")
     run.add_argument(
         "--group", default=_env("GROUP", "connect-cluster"), help="group id (WORKER_AGENT_GROUP)"
     )
@@ -226,11 +200,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    tls: ClientTls | None = None
     try:
-        if args.tls_ca or args.tls_cert or args.tls_key:
-            tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
-            tls.pem()  # readable and PEM now, or a clear error before anything starts
+        tls = client_tls(args)
     except TlsConfigError as error:
         print(f"worker-agent: {error}", file=sys.stderr)
         return 2

@@ -45,6 +45,7 @@ FATAL_ERRORS = frozenset(
         ErrorCode.INVALID_REQUEST,
         ErrorCode.INVALID_GROUP_ID,
         ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        ErrorCode.POLICY_VIOLATION,
     }
 )
 REJOIN_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})

@@ -14,6 +14,8 @@
  * the `start` line that names it until the `ts` of the `stop` line that names it.
  */
 
+const crypto = require('crypto');
+const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { parseArgs } = require('util');
@@ -97,6 +99,14 @@ function loadServices(protoRoot) {
   return grpc.loadPackageDefinition(definition).connect.group.v1;
 }
 
+/** Whether a host:port (or [v6]:port) names this machine only. */
+function isLoopback(address) {
+  let host = address.includes('///') ? address.split('///').pop() : address;
+  if (host.startsWith('[')) host = host.slice(1, host.indexOf(']'));
+  else if (host.split(':').length === 2) host = host.split(':')[0];
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
 class Worker {
   /**
    * @param {object} o
@@ -153,10 +163,33 @@ class Worker {
     this.print({ ts: nowS(), event, group_id: groupId, member_id: memberId, ...fields });
   }
 
+  /**
+   * Channel credentials: TLS when a CA or a client certificate is configured (the files are read
+   * at every connect, so a rotated certificate is used from the next reconnect on), plaintext
+   * otherwise, which goes only to loopback addresses unless allowPlaintext.
+   */
+  credentials(address) {
+    const { tlsCa, tlsCert, tlsKey } = this.o;
+    if (tlsCa || tlsCert || tlsKey) {
+      if (Boolean(tlsCert) !== Boolean(tlsKey)) {
+        throw new Error('a client certificate needs both --tls-cert and --tls-key');
+      }
+      const read = (path) => (path ? fs.readFileSync(path) : null);
+      return grpc.credentials.createSsl(read(tlsCa), read(tlsKey), read(tlsCert));
+    }
+    if (!this.o.allowPlaintext && !isLoopback(address)) {
+      throw new Error(
+        `${address} is not a loopback address and no TLS is configured; ` +
+          'pass --tls-ca (and --tls-cert/--tls-key for mTLS), or --allow-plaintext',
+      );
+    }
+    return grpc.credentials.createInsecure();
+  }
+
   connect(address) {
     if (this.coordinator) this.coordinator.close();
     if (this.admin) this.admin.close();
-    const creds = grpc.credentials.createInsecure();
+    const creds = this.credentials(address);
     this.address = address;
     this.coordinator = new this.services.ConnectGroupCoordinator(address, creds, this.channelOptions());
     this.admin = new this.services.ConnectGroupAdmin(address, creds, this.channelOptions());
@@ -164,10 +197,12 @@ class Worker {
 
   /** Both message size limits, set explicitly (a large group's Prepare answer exceeds 4 MiB). */
   channelOptions() {
-    return {
+    const options = {
       'grpc.max_receive_message_length': this.o.maxMessageBytes,
       'grpc.max_send_message_length': this.o.maxMessageBytes,
     };
+    if (this.o.tlsServerName) options['grpc.ssl_target_name_override'] = this.o.tlsServerName;
+    return options;
   }
 
   /** One unary call with a deadline; rejects only on a transport error (gRPC status not OK). */
@@ -409,11 +444,17 @@ class Worker {
     const o = this.o;
     const candidates = [this.address, ...o.coordinators.filter((a) => a !== this.address)];
     for (const address of candidates) {
-      const admin = new this.services.ConnectGroupAdmin(
-        address,
-        grpc.credentials.createInsecure(),
-        this.channelOptions(),
-      );
+      let admin;
+      try {
+        admin = new this.services.ConnectGroupAdmin(
+          address,
+          this.credentials(address),
+          this.channelOptions(),
+        );
+      } catch (err) {
+        this.log('find_coordinator_failed', { address, error: String(err.message) });
+        continue;
+      }
       try {
         const resp = await this.call(admin, 'FindCoordinator', { group_id: o.groupId });
         if (resp.error_code === 'NONE' && resp.host) {
@@ -491,7 +532,16 @@ function main(argv) {
     options: {
       coordinator: { type: 'string', default: env.CONNECT_GROUP_COORDINATOR || '127.0.0.1:9093' },
       group: { type: 'string', default: env.CONNECT_GROUP_GROUP || 'connect-cluster' },
-      'member-id': { type: 'string', default: env.CONNECT_GROUP_MEMBER_ID || os.hostname() },
+      // A member id belongs to one process (DESIGN 3.2): by default a fresh random one.
+      'member-id': {
+        type: 'string',
+        default: env.CONNECT_GROUP_MEMBER_ID || `${os.hostname()}-${crypto.randomBytes(6).toString('hex')}`,
+      },
+      'tls-ca': { type: 'string', default: env.CONNECT_GROUP_TLS_CA },
+      'tls-cert': { type: 'string', default: env.CONNECT_GROUP_TLS_CERT },
+      'tls-key': { type: 'string', default: env.CONNECT_GROUP_TLS_KEY },
+      'tls-server-name': { type: 'string', default: env.CONNECT_GROUP_TLS_SERVER_NAME },
+      'allow-plaintext': { type: 'boolean', default: Boolean(env.CONNECT_GROUP_ALLOW_PLAINTEXT) },
       'instance-id': { type: 'string' },
       url: { type: 'string' },
       'rebalance-timeout-ms': { type: 'string', default: '60000' },
@@ -508,7 +558,8 @@ function main(argv) {
     process.stdout.write(
       'usage: node worker.js [--coordinator HOST:PORT[,HOST:PORT...]] [--group ID] ' +
         '[--member-id ID] [--instance-id ID] [--url URL] [--rebalance-timeout-ms MS] ' +
-        '[--rpc-timeout-ms MS] [--max-message-bytes N] [--protos DIR]\n',
+        '[--rpc-timeout-ms MS] [--max-message-bytes N] [--protos DIR] [--tls-ca FILE] ' +
+        '[--tls-cert FILE --tls-key FILE] [--tls-server-name NAME] [--allow-plaintext]\n',
     );
     return;
   }
@@ -522,6 +573,11 @@ function main(argv) {
     rpcTimeoutMs: Number(values['rpc-timeout-ms']),
     maxMessageBytes: Number(values['max-message-bytes']),
     protoRoot: values.protos,
+    tlsCa: values['tls-ca'],
+    tlsCert: values['tls-cert'],
+    tlsKey: values['tls-key'],
+    tlsServerName: values['tls-server-name'],
+    allowPlaintext: values['allow-plaintext'],
   });
   let signals = 0;
   const onSignal = (name) => {

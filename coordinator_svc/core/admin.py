@@ -6,7 +6,12 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from connect_protocol.configs import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
-from connect_protocol.errors import CoordinatorError, GroupIdNotFound, InvalidRequest
+from connect_protocol.errors import (
+    CoordinatorError,
+    GroupIdNotFound,
+    InvalidRequest,
+    PolicyViolation,
+)
 from connect_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -41,6 +46,10 @@ def put_connector(
     connector = Connector(req.connector, req.task_count, MappingProxyType(dict(req.config)))
     if existing is not None and existing == connector:
         return Result(change.records(), PutConnectorResponse(group_epoch=change.group_epoch))
+    try:
+        check_catalogue_limits(state, existing, connector, defaults)
+    except CoordinatorError as error:
+        return refused(PutConnectorResponse, error)
     grows = connector.wire_bytes() - (0 if existing is None else existing.wire_bytes())
     if grows > 0:
         catalogue = (0 if state is None else state.catalogue_wire_bytes) + grows
@@ -73,6 +82,44 @@ def put_connector(
         ),
         change.timers,
     )
+
+
+def check_catalogue_limits(
+    state: GroupState | None,
+    existing: Connector | None,
+    connector: Connector,
+    defaults: GroupConfigDefaults,
+) -> None:
+    """POLICY_VIOLATION if putting `connector` (replacing `existing`) would take the group over
+    one of the catalogue limits. O(1) in the catalogue: the group keeps running totals."""
+    size = connector.config_bytes()
+    if size > defaults.max_config_bytes_per_connector:
+        raise PolicyViolation(
+            f"connector {connector.name!r} has {size:,} bytes of config, over the limit of "
+            f"{defaults.max_config_bytes_per_connector:,} per connector "
+            "(--max-config-bytes-per-connector)."
+        )
+    before = (
+        (0, 0, 0)
+        if state is None
+        else (len(state.catalogue), state.catalogue_tasks, state.catalogue_config_bytes)
+    )
+    after = (
+        before[0] + (1 if existing is None else 0),
+        before[1] + connector.task_count - (0 if existing is None else existing.task_count),
+        before[2] + size - (0 if existing is None else existing.config_bytes()),
+    )
+    limits = (
+        (defaults.max_connectors_per_group, "connectors", "--max-connectors-per-group"),
+        (defaults.max_tasks_per_group, "tasks", "--max-tasks-per-group"),
+        (defaults.max_config_bytes_per_group, "bytes of config", "--max-config-bytes-per-group"),
+    )
+    for old, new, (limit, what, flag) in zip(before, after, limits, strict=True):
+        if new > limit and new > old:  # a group over a lowered limit may still shrink
+            raise PolicyViolation(
+                f"connector {connector.name!r} would give the group {new:,} {what}, over the "
+                f"limit of {limit:,} per group ({flag})."
+            )
 
 
 def delete_connector(

@@ -14,6 +14,7 @@ from connect_protocol.errors import (
     GroupAuthorizationFailed,
     GroupIdNotFound,
     InvalidAssignment,
+    PolicyViolation,
     UnknownMemberId,
 )
 from connect_protocol.messages import (
@@ -261,6 +262,7 @@ def install_assignment(
         state, _member = _assignor_member(
             state, req.group_id, req.member_id, req.member_epoch, principal
         )
+        _check_assignor_state_size(req, defaults)
         change = GroupChange(state, req.group_id, now_ms, defaults)
         snapshot = _check_epochs(state, req)
         if req.error != 0:
@@ -272,6 +274,17 @@ def install_assignment(
     except CoordinatorError as error:
         return refused(InstallResponse, error)
     return Result(change.records(), InstallResponse(), change.timers)
+
+
+def _check_assignor_state_size(req: InstallRequest, defaults: GroupConfigDefaults) -> None:
+    """POLICY_VIOLATION if the assignor state plus the per-member metadata exceed the limit:
+    they are stored and handed to every later assignor (O(members) byte lengths)."""
+    size = len(req.assignor_state) + sum(len(m.metadata) for m in req.members)
+    if size > defaults.max_assignor_state_bytes:
+        raise PolicyViolation(
+            f"the assignor state and per-member metadata take {size:,} bytes, over the limit of "
+            f"{defaults.max_assignor_state_bytes:,} (--max-assignor-state-bytes)."
+        )
 
 
 def _check_epochs(state: GroupState, req: InstallRequest) -> PreparedSnapshot:

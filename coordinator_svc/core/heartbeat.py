@@ -12,6 +12,7 @@ from connect_protocol.errors import (
     FencedInstanceId,
     GroupAuthorizationFailed,
     GroupMaxSizeReached,
+    PolicyViolation,
     UnknownMemberId,
     UnreleasedInstanceId,
     UnsupportedAssignor,
@@ -101,6 +102,14 @@ class _Heartbeat:
 
     def run(self) -> Result[HeartbeatResponse]:
         req = self.req
+        if req.client_assignors:
+            size = sum(len(a.metadata) for a in req.client_assignors)
+            if size > self.defaults.max_assignor_metadata_bytes:
+                raise PolicyViolation(
+                    f"the client assignors' metadata take {size:,} bytes, over the limit of "
+                    f"{self.defaults.max_assignor_metadata_bytes:,} per member "
+                    "(--max-assignor-metadata-bytes)."
+                )
         if req.server_assignor is not None:
             raise UnsupportedAssignor(
                 f"server-side assignor {req.server_assignor!r} is not supported: this coordinator "

@@ -36,7 +36,7 @@ from connect_protocol.resources import (
 
 from .errors import IllegalStateError
 from .selection_index import Profile, SelectionIndex, profile_of
-from .wire_size import connector_bytes
+from .wire_size import config_bytes, connector_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,15 @@ class GroupConfigDefaults:
     assignment_error_backoff_ms: int = 1_000
     max_group_size: int = 10_000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: Limits that keep one group (or one caller) from costing others (issue 12); each is a
+    #: `serve` flag, and a request over one is refused with POLICY_VIOLATION.
+    max_groups: int = 100_000
+    max_connectors_per_group: int = 10_000
+    max_tasks_per_group: int = 200_000
+    max_config_bytes_per_connector: int = 1024 * 1024
+    max_config_bytes_per_group: int = 64 * 1024 * 1024
+    max_assignor_metadata_bytes: int = 64 * 1024
+    max_assignor_state_bytes: int = 16 * 1024 * 1024
 
     def as_map(self) -> dict[str, str]:
         return {
@@ -124,6 +133,10 @@ class Connector:
     def wire_bytes(self) -> int:
         """What this connector adds to a PrepareAssignment answer, at most."""
         return connector_bytes(self.name, self.task_count, self.config)
+
+    def config_bytes(self) -> int:
+        """The UTF-8 bytes of its config's keys and values (what the config limits count)."""
+        return config_bytes(self.config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +242,8 @@ class GroupState:
         self.left_members: set[str] = set()
         self._catalogue_resources: ResourceSet | None = None
         self.catalogue_wire_bytes = 0  # what the catalogue adds to a Prepare answer, at most
+        self.catalogue_tasks = 0
+        self.catalogue_config_bytes = 0
 
     @property
     def group_id(self) -> str:
@@ -266,16 +281,21 @@ class GroupState:
     def put_connector(self, connector: Connector) -> None:
         old = self.catalogue.get(connector.name)
         if old is not None:
-            self.catalogue_wire_bytes -= old.wire_bytes()
+            self._count(old, -1)
         self.catalogue[connector.name] = connector
-        self.catalogue_wire_bytes += connector.wire_bytes()
+        self._count(connector, 1)
         self._catalogue_resources = None
 
     def remove_connector(self, name: str) -> None:
         old = self.catalogue.pop(name, None)
         if old is not None:
-            self.catalogue_wire_bytes -= old.wire_bytes()
+            self._count(old, -1)
             self._catalogue_resources = None
+
+    def _count(self, connector: Connector, sign: int) -> None:
+        self.catalogue_wire_bytes += sign * connector.wire_bytes()
+        self.catalogue_tasks += sign * connector.task_count
+        self.catalogue_config_bytes += sign * connector.config_bytes()
 
     def profile(self, member_id: str) -> Profile | None:
         """The selection profile of a member of the committed state."""

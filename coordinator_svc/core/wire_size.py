@@ -34,3 +34,8 @@ def connector_bytes(name: str, task_count: int, config: Mapping[str, str]) -> in
 def prepare_bytes(catalogue_bytes: int, member_count: int) -> int:
     """An upper estimate of a Prepare answer's size."""
     return FIXED_BYTES + catalogue_bytes + member_count * MEMBER_BYTES
+
+
+def config_bytes(config: Mapping[str, str]) -> int:
+    """The UTF-8 bytes of a config's keys and values."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in config.items())

@@ -19,6 +19,7 @@ from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 from ..core.principals import PrincipalMapper
 from ..runtime.authorizer import Authorizer
 from ..runtime.groups import GroupManager
+from ..runtime.quotas import PrincipalQuotas
 from .aio import AsyncAdminServicer, AsyncCoordinatorServicer, UndecodableRequests, register
 from .context import CallIdentity
 from .servicers import AdminServicer, CoordinatorServicer
@@ -51,12 +52,14 @@ class CoordinatorServer:
         tls: ServerTls | None = None,
         principal_mapper: PrincipalMapper | None = None,
         authorizer: Authorizer | None = None,
+        quotas: PrincipalQuotas | None = None,
     ) -> None:
         self.tls = ReloadingCredentials(tls, manager.metrics) if tls is not None else None
         mutual = tls is not None and tls.mutual
         # Without client certificates every caller is ANONYMOUS.
         self.identity = CallIdentity(principal_mapper or PrincipalMapper() if mutual else None)
         self.authorizer = authorizer
+        self.quotas = quotas
         options = [("grpc.so_reuseport", 0), *channel_options(max_message_bytes)]
         self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         self._loop = asyncio.new_event_loop()
@@ -86,7 +89,8 @@ class CoordinatorServer:
             coordinator_pb2.DESCRIPTOR.services_by_name["ConnectGroupCoordinator"],
             coordinator_pb2,
             AsyncCoordinatorServicer(
-                CoordinatorServicer(manager, self.identity, self.authorizer), self._pool
+                CoordinatorServicer(manager, self.identity, self.authorizer, self.quotas),
+                self._pool,
             ),
             undecodable,
             self.identity,
@@ -95,7 +99,9 @@ class CoordinatorServer:
             server,
             admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"],
             admin_pb2,
-            AsyncAdminServicer(AdminServicer(manager, self.identity, self.authorizer), self._pool),
+            AsyncAdminServicer(
+                AdminServicer(manager, self.identity, self.authorizer, self.quotas), self._pool
+            ),
             undecodable,
             self.identity,
         )

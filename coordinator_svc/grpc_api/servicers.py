@@ -22,7 +22,12 @@ from connect_protocol.errors import (
     GroupAuthorizationFailed,
     InvalidRequest,
 )
-from connect_protocol.messages import HeartbeatResponse, PrepareResponse
+from connect_protocol.messages import (
+    JOIN_EPOCH,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    PrepareResponse,
+)
 
 from ..core.acls import CLUSTER_NAME, Operation, ResourceType
 from ..core.admin import alter_configs, delete_connector, put_connector
@@ -45,6 +50,7 @@ from ..core.validation import (
 )
 from ..runtime.authorizer import Authorizer
 from ..runtime.groups import GroupManager, NotOwner
+from ..runtime.quotas import PrincipalQuotas
 from . import convert
 from .context import CallIdentity, Context
 
@@ -74,11 +80,13 @@ class _Base:
         manager: GroupManager,
         identity: CallIdentity | None = None,
         authorizer: Authorizer | None = None,
+        quotas: PrincipalQuotas | None = None,
     ) -> None:
         self.manager = manager
         self.defaults = manager.defaults
         self.identity = identity or CallIdentity()
         self.authorizer = authorizer
+        self.quotas = quotas or PrincipalQuotas()
 
     def _principal(self, context: Context) -> str:
         principal = self.identity.principal(context)
@@ -158,12 +166,15 @@ class _Base:
             run = functools.partial(handle, req=req, defaults=self.defaults, validated=True)
             if operation is Operation.MEMBER:
                 run = functools.partial(run, principal=principal)
+                if isinstance(req, HeartbeatRequest) and req.member_epoch == JOIN_EPOCH:
+                    self.quotas.joins.take(principal)
             if plan is not None:
                 run = functools.partial(run, plan=plan(self.manager.peek(group_id), req, True))
             resp = self.manager.execute(
                 group_id,
                 lambda state, now: run(state, now_ms=now),
                 cancelled=lambda: not context.is_active(),
+                on_create=functools.partial(self.quotas.creations.take, principal),
             )
             if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
                 self.manager.metrics.errors.labels(rpc, ErrorCode(resp.error_code).name).inc()

@@ -18,7 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from connect_protocol.errors import CoordinatorError, CoordinatorNotAvailable, NotCoordinator
+from connect_protocol.errors import (
+    CoordinatorError,
+    CoordinatorNotAvailable,
+    NotCoordinator,
+    PolicyViolation,
+)
 from connect_protocol.logs import fields
 
 from ..core import replay
@@ -96,6 +101,8 @@ class _Pending:
 
     handler: Handler[Any]
     cancelled: Callable[[], bool] | None = None
+    #: Called before the request's records create its group; raises to refuse that.
+    on_create: Callable[[], None] | None = None
     done: bool = False
     response: Any = None
     error: BaseException | None = None
@@ -201,6 +208,7 @@ class GroupManager:
         handler: Handler[R],
         *,
         cancelled: Callable[[], bool] | None = None,
+        on_create: Callable[[], None] | None = None,
     ) -> R:
         """Run a core handler on the group this process owns (taking it over if its lease is
         free). Raises NotCoordinator / CoordinatorNotAvailable when it cannot serve, and
@@ -210,8 +218,12 @@ class GroupManager:
         queued handler in order (each sees the state the previous ones left), commits all their
         records in one transaction, and only then answers each of them. So a burst of state
         changes (a rolling restart, a revocation round) costs one commit, not one per member;
-        a failed commit fails the whole batch and nothing of it is answered as done."""
-        pending = _Pending(handler, cancelled)
+        a failed commit fails the whole batch and nothing of it is answered as done.
+
+        A request whose records would create the group is refused with POLICY_VIOLATION when
+        the database holds `defaults.max_groups` groups, or by what `on_create` raises (the
+        caller's creation rate)."""
+        pending = _Pending(handler, cancelled, on_create)
         for _attempt in range(3):
             owned = self._own(group_id)
             owned.enqueue(pending)
@@ -285,6 +297,12 @@ class GroupManager:
             except Exception as error:  # a handler bug fails its own request only
                 pending.fail(error)
                 continue
+            if result.records and owned.state is None:
+                try:
+                    self._may_create(group_id, pending)
+                except CoordinatorError as error:
+                    pending.fail(error)
+                    continue
             if result.records:
                 try:
                     self._apply(owned, result.records)
@@ -312,6 +330,19 @@ class GroupManager:
             pending.succeed(result.response)
         if owned.state is None:
             self._release_unused(group_id, owned)
+
+    def _may_create(self, group_id: str, pending: _Pending) -> None:
+        """Raise unless `pending` may create the group: its caller's creation rate, then the
+        number of groups in the database (all coordinators'; two creating at once may both
+        pass the count: the limit is approximate by the number of coordinators)."""
+        if pending.on_create is not None:
+            pending.on_create()
+        limit = self.defaults.max_groups
+        if limit > 0 and self.store.count_groups() >= limit:
+            raise PolicyViolation(
+                f"group {group_id!r} cannot be created: the database holds the maximum of "
+                f"{limit:,} groups (--max-groups)."
+            )
 
     def _fail_unanswered(self, batch: list[_Pending], group_id: str) -> None:
         """Fail every request of the batch not yet answered (those that ran too: their records

@@ -49,6 +49,18 @@ def _entry(row: Any) -> AclEntry:
     )
 
 
+def _same_entry(entry: AclEntry) -> sa.ColumnElement[bool]:
+    a = schema.acls.c
+    return sa.and_(
+        a.principal == entry.principal,
+        a.operation == entry.operation.value,
+        a.resource_type == entry.resource_type.value,
+        a.pattern_type == entry.pattern_type.value,
+        a.pattern == entry.pattern,
+        a.permission == entry.permission.value,
+    )
+
+
 class AclStore:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -77,19 +89,9 @@ class AclStore:
 
     def add(self, entry: AclEntry) -> bool:
         """Add `entry`; False if the same entry is already there."""
-        a = schema.acls.c
 
         def write(conn: sa.Connection) -> bool:
-            exists = conn.execute(
-                sa.select(a.id).where(
-                    a.principal == entry.principal,
-                    a.operation == entry.operation.value,
-                    a.resource_type == entry.resource_type.value,
-                    a.pattern_type == entry.pattern_type.value,
-                    a.pattern == entry.pattern,
-                    a.permission == entry.permission.value,
-                )
-            ).first()
+            exists = conn.execute(sa.select(schema.acls.c.id).where(_same_entry(entry))).first()
             if exists is not None:
                 return False
             conn.execute(
@@ -110,18 +112,8 @@ class AclStore:
 
     def remove(self, entry: AclEntry) -> int:
         """Remove `entry`; how many rows went (0 or 1)."""
-        a = schema.acls.c
         with self._db.transaction(write=True) as conn:
-            result = conn.execute(
-                sa.delete(schema.acls).where(
-                    a.principal == entry.principal,
-                    a.operation == entry.operation.value,
-                    a.resource_type == entry.resource_type.value,
-                    a.pattern_type == entry.pattern_type.value,
-                    a.pattern == entry.pattern,
-                    a.permission == entry.permission.value,
-                )
-            )
+            result = conn.execute(sa.delete(schema.acls).where(_same_entry(entry)))
             return int(result.rowcount or 0)
 
     def record_denials(self, denials: Sequence[Denials]) -> None:

@@ -117,6 +117,14 @@ class Reads:
         self._db = db
         self.sql = ReadStatements.build(db)
 
+    def count_groups(self) -> int:
+        def read(conn: Connection) -> int:
+            return int(
+                conn.execute(sa.select(sa.func.count()).select_from(schema.groups)).scalar_one()
+            )
+
+        return self._db.retrying(False, read)
+
     def group_ids(self) -> list[str]:
         g = schema.groups.c
         stmt = sa.select(g.group_id).order_by(g.group_id)

@@ -91,6 +91,10 @@ class SqlStore:
     def group_ids(self) -> list[str]:
         return self._reads.group_ids()
 
+    def count_groups(self) -> int:
+        """How many groups the database holds (all coordinators')."""
+        return self._reads.count_groups()
+
     def group_summaries(self, after: str, limit: int) -> list[GroupSummary]:
         """One page of groups (ids after `after`, in order) with what ListGroups shows, computed
         by the database: epochs, member count, and how many members have not reached the

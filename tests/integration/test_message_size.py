@@ -52,7 +52,14 @@ def put_connector(
 
 @pytest.fixture
 def default_coordinator(database_url: str, tmp_path: Path) -> Iterator[CoordinatorProcess]:
-    coordinator = CoordinatorProcess(database_url, log_path=tmp_path / "coordinator.log")
+    # Default message limits; the config limits (1 MiB per connector by default) raised so that
+    # one large config can carry a request over gRPC's built-in 4 MiB.
+    coordinator = CoordinatorProcess(
+        database_url,
+        "--max-config-bytes-per-connector",
+        str(16 * 1024 * 1024),
+        log_path=tmp_path / "coordinator.log",
+    )
     try:
         yield coordinator.start()
     finally:

@@ -21,7 +21,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 from coordinator_svc.core.model import GroupConfigDefaults
+from coordinator_svc.core.principals import PrincipalMapper
 from coordinator_svc.grpc_api.server import CoordinatorServer
+from coordinator_svc.grpc_api.tls import ServerTls
+from coordinator_svc.runtime.authorizer import Authorizer
 from coordinator_svc.runtime.groups import GroupManager
 from coordinator_svc.store import SqlStore
 
@@ -65,7 +68,15 @@ class InProcessCoordinator:
         lease_ms: int = 5_000,
         node_id: str | None = None,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        tls: ServerTls | None = None,
+        principal_mapper: PrincipalMapper | None = None,
+        authorization: bool = False,
+        super_users: Sequence[str] = (),
+        acl_refresh_s: float = 0.2,
+        denial_interval_s: float = 60.0,
     ) -> None:
+        """`tls`: serve TLS (mTLS with a client CA), else plaintext; `authorization`: ACLs
+        deny by default (`self.authorizer`, refreshed every `acl_refresh_s`)."""
         self.database_url = database_url
         self.node_id = node_id or f"test-{uuid.uuid4().hex[:6]}"
         self.port = free_port()
@@ -75,20 +86,34 @@ class InProcessCoordinator:
         )
         self.store.migrate()
         self.manager = GroupManager(self.store, defaults)
+        self.authorizer = Authorizer(
+            self.store.acls,
+            self.manager.metrics,
+            enabled=authorization,
+            super_users=super_users,
+            refresh_s=acl_refresh_s,
+            denial_interval_s=denial_interval_s,
+        )
         self.server = CoordinatorServer(
             self.manager,
             self.address,
             max_workers=16,
             max_message_bytes=defaults.max_message_bytes,
             interceptors=interceptors,
+            tls=tls,
+            principal_mapper=principal_mapper,
+            authorizer=self.authorizer,
         )
+        self.tls = tls
         self.stubs: Stubs | None = None
 
     def __enter__(self) -> InProcessCoordinator:
+        self.authorizer.start()
         self.manager.start()
         self.server.start()
         self.server.set_serving(True)
-        self.stubs = Stubs(self.address)
+        if self.tls is None:
+            self.stubs = Stubs(self.address)
         return self
 
     def __exit__(
@@ -100,6 +125,7 @@ class InProcessCoordinator:
         if self.stubs is not None:
             self.stubs.close()
         self.server.stop(None)
+        self.authorizer.stop()
         self.manager.stop()
         self.store.close()
 
@@ -145,13 +171,16 @@ class CoordinatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
 
-    def start(self, timeout_s: float = 30.0) -> CoordinatorProcess:
+    def start(self, timeout_s: float = 30.0, wait: bool = True) -> CoordinatorProcess:
+        """Start it and (`wait`) wait until its plaintext health check says SERVING; a TLS
+        server is waited for by the caller, with its own credentials."""
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}"}
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
             self.args, cwd=REPO, env=env, stdout=self._log, stderr=self._log
         )
-        self.wait_serving(timeout_s)
+        if wait:
+            self.wait_serving(timeout_s)
         return self
 
     def wait_serving(self, timeout_s: float = 30.0) -> None:
