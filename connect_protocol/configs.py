@@ -4,6 +4,8 @@ agent's assignors read them from the PrepareAssignment answer."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 
 SESSION_TIMEOUT_MS = "session.timeout.ms"
@@ -42,3 +44,14 @@ def config_int(configs: Mapping[str, str], key: str, default: int) -> int:
         return int(raw)
     except ValueError:
         return default
+
+
+#: What DescribeGroups shows for a config value the caller may not see.
+HIDDEN_VALUE = "[hidden]"
+
+
+def config_digest(config: Mapping[str, str]) -> str:
+    """ "sha256:<hex>" of a connector config as canonical JSON (keys sorted, no spaces, UTF-8):
+    equal digests mean equal configs, and no value can be read back from it."""
+    canonical = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -86,7 +86,9 @@ def describe(args: argparse.Namespace) -> int:
 
     status = 0
     for group_id in args.groups:
-        request = admin_pb2.DescribeGroupsRequest(group_ids=[group_id])
+        request = admin_pb2.DescribeGroupsRequest(
+            group_ids=[group_id], include_config_values=args.show_config_values
+        )
         if args.follow:
             group = _call_owner(args, group_id, "DescribeGroups", request).groups[0]
         else:

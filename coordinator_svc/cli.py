@@ -355,6 +355,15 @@ def _add_server_security(p: argparse.ArgumentParser) -> None:
         "everything (COORDINATOR_AUTHORIZATION)",
     )
     auth.add_argument(
+        "--describe-config-values",
+        choices=["refuse", "allow"],
+        default=_env("COORDINATOR_DESCRIBE_CONFIG_VALUES", "refuse"),
+        help="with --authorization none: whether DescribeGroups shows connector config values "
+        "to a caller that asks for them (include_config_values); with acl, the "
+        "DESCRIBE_CONFIGS operation decides. Values are never shown unasked "
+        "(COORDINATOR_DESCRIBE_CONFIG_VALUES)",
+    )
+    auth.add_argument(
         "--super-users",
         default=_env("COORDINATOR_SUPER_USERS", ""),
         help="';'-separated principals allowed everything, e.g. 'User:CN=admin,O=example' "
@@ -457,6 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
         "pending revocations, the scheduled rebalance",
     )
     d.add_argument("groups", nargs="+", metavar="GROUP")
+    d.add_argument(
+        "--show-config-values",
+        action="store_true",
+        help="show connector config values (needs DESCRIBE_CONFIGS, or a server started with "
+        "--describe-config-values allow); by default values read [hidden]",
+    )
     d.add_argument(
         "--no-follow",
         dest="follow",

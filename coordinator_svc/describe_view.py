@@ -36,6 +36,10 @@ def render_group(group: Any, now_ms: int) -> str:
         )
     catalogue = ", ".join(f"{c.name} ({c.task_count} tasks)" for c in group.catalogue)
     lines.append(f"  catalogue: {catalogue or 'empty'}")
+    for c in group.catalogue:
+        if c.config:
+            config = ", ".join(f"{k}={v}" for k, v in sorted(c.config.items()))
+            lines.append(f"    {c.name} config ({c.config_digest[:19]}): {config}")
     configs = ", ".join(f"{k}={v}" for k, v in sorted(group.group_configs.items()))
     lines.append(f"  configs: {configs}")
     header = ("MEMBER", "INSTANCE", "EPOCH", "STATE", "CURRENT", "PENDING REVOCATION", "TARGET")

@@ -97,6 +97,7 @@ def serve(args: argparse.Namespace) -> int:
                 PrincipalSource(args.principal_from), args.mapping_rules
             ),
             authorizer=authorizer,
+            describe_config_values=args.describe_config_values == "allow",
             quotas=PrincipalQuotas(
                 join_rate=args.max_joins_per_s, creation_rate=args.max_group_creations_per_s
             ),

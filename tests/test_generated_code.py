@@ -242,6 +242,7 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "string name = 1",
             "int32 task_count = 2",
             "map<string,string> config = 3",
+            "string config_digest = 4",
         ],
         "MemberAssignment": [
             "string member_id = 1",
@@ -367,7 +368,10 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "int32 group_epoch = 4",
             "int32 member_count = 5",
         ],
-        "DescribeGroupsRequest": ["repeated string group_ids = 1"],
+        "DescribeGroupsRequest": [
+            "repeated string group_ids = 1",
+            "bool include_config_values = 2",
+        ],
         "DescribeGroupsResponse": ["repeated DescribedGroup groups = 1"],
         "DescribedGroup": [
             "ErrorCode error_code = 1",

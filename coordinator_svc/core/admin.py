@@ -69,6 +69,7 @@ def put_connector(
         task_count=req.task_count,
         previous_task_count=None if existing is None else existing.task_count,
         config_changed=existing is None or dict(existing.config) != dict(req.config),
+        config_digest=connector.digest(),
         caller=req.caller,
     )
     rebalance = existing is None or existing.task_count != req.task_count

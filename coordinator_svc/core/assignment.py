@@ -165,7 +165,7 @@ def finish_prepare(view: PrepareView | PrepareResponse) -> PrepareResponse:
         assignor_version=selection.version,
         members=members,
         catalogue=tuple(
-            ConnectorInfo(c.name, c.task_count, dict(c.config))
+            ConnectorInfo(c.name, c.task_count, {})  # configs carry secrets; no assignor reads them
             for c in sorted(view.catalogue, key=lambda c: c.name)
         ),
         assignment_epoch=target.assignment_epoch,

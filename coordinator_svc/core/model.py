@@ -22,6 +22,7 @@ from connect_protocol.configs import (
     REBALANCE_TIMEOUT_MS,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     SESSION_TIMEOUT_MS,
+    config_digest,
     config_int,
 )
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
@@ -133,6 +134,10 @@ class Connector:
     def wire_bytes(self) -> int:
         """What this connector adds to a PrepareAssignment answer, at most."""
         return connector_bytes(self.name, self.task_count, self.config)
+
+    def digest(self) -> str:
+        """The config's digest (`connect_protocol.configs.config_digest`)."""
+        return config_digest(self.config)
 
     def config_bytes(self) -> int:
         """The UTF-8 bytes of its config's keys and values (what the config limits count)."""

@@ -41,10 +41,12 @@ class CertificateIdentity:
 
 @dataclass(frozen=True, slots=True)
 class MappingRule:
-    """`RULE:pattern/replacement/[L|U]` (the whole name must match), or DEFAULT (None)."""
+    """`RULE:pattern/replacement/[L|U]` (the whole name must match), or DEFAULT (pattern
+    None). The replacement is parsed when the rule is: literal text and group numbers
+    (`$1`), so applying it never fails."""
 
     pattern: re.Pattern[str] | None
-    replacement: str = ""
+    template: tuple[str | int, ...] = ()
     case: str = ""
 
     def apply(self, name: str) -> str | None:
@@ -53,8 +55,45 @@ class MappingRule:
         match = self.pattern.fullmatch(name)
         if match is None:
             return None
-        out = match.expand(self.replacement)
+        out = "".join(
+            part if isinstance(part, str) else (match.group(part) or "") for part in self.template
+        )
         return out.lower() if self.case == "L" else out.upper() if self.case == "U" else out
+
+
+def _template(replacement: str, groups: int) -> tuple[str | int, ...]:
+    """Java's replacement syntax, as Kafka uses it: `$n` is group n, `\\$` and `\\\\` are
+    literal; any other escape, or a group the pattern lacks, is an error."""
+    parts: list[str | int] = []
+    literal = ""
+    i = 0
+    while i < len(replacement):
+        ch = replacement[i]
+        if ch == "\\":
+            if i + 1 >= len(replacement) or replacement[i + 1] not in "$\\":
+                raise MappingRulesError(f"bad escape in replacement {replacement!r}")
+            literal += replacement[i + 1]
+            i += 2
+        elif ch == "$":
+            digits = re.match(r"\d+", replacement[i + 1 :])
+            if digits is None:
+                raise MappingRulesError(f"'$' without a group number in {replacement!r}")
+            group = int(digits.group())
+            if group > groups:
+                raise MappingRulesError(
+                    f"replacement {replacement!r} names group {group}; the pattern has {groups}"
+                )
+            if literal:
+                parts.append(literal)
+                literal = ""
+            parts.append(group)
+            i += 1 + len(digits.group())
+        else:
+            literal += ch
+            i += 1
+    if literal:
+        parts.append(literal)
+    return tuple(parts)
 
 
 _RULE = re.compile(r"\s*(?:RULE:((?:\\/|[^/])*)/((?:\\/|[^/])*)/([LU]?)|(DEFAULT))\s*(?:,|$)")
@@ -79,11 +118,12 @@ def parse_mapping_rules(text: str) -> tuple[MappingRule, ...]:
             rules.append(MappingRule(None))
         else:
             pattern = match.group(1).replace("\\/", "/")
-            replacement = re.sub(r"\$(\d+)", r"\\g<\1>", match.group(2).replace("\\/", "/"))
             try:
-                rules.append(MappingRule(re.compile(pattern), replacement, match.group(3)))
+                compiled = re.compile(pattern)
             except re.error as error:
                 raise MappingRulesError(f"bad pattern {pattern!r}: {error}") from error
+            template = _template(match.group(2).replace("\\/", "/"), compiled.groups)
+            rules.append(MappingRule(compiled, template, match.group(3)))
         position = match.end()
     return tuple(rules)
 

@@ -8,6 +8,7 @@ from typing import Protocol, TypeVar
 
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
+from connect_protocol.configs import HIDDEN_VALUE
 from connect_protocol.errors import ErrorCode
 from connect_protocol.messages import (
     AlterConfigsRequest,
@@ -56,7 +57,7 @@ def prepare_response(
             pm.instance_id = m.instance_id
         resources_to(m.owned, pm.connectors_and_tasks)
     for c in resp.catalogue:
-        out.catalogue.add(name=c.name, task_count=c.task_count, config=dict(c.config))
+        out.catalogue.add(name=c.name, task_count=c.task_count)  # never the config (secrets)
     for t in resp.target:
         entry = out.target_assignment.add(
             member_id=t.member_id, version=t.version, metadata=t.metadata
@@ -119,7 +120,10 @@ def described_group(
     now_ms: int,
     assignor_reason: str,
     assignor_name: str,
+    config_values: bool = False,
 ) -> admin_pb2.DescribedGroup:
+    """The group as DescribeGroups shows it; connector config values only if `config_values`
+    (else every value reads HIDDEN_VALUE; the digest tells configs apart)."""
     out = admin_pb2.DescribedGroup(
         group_id=state.group_id,
         group_type="connect",
@@ -137,7 +141,10 @@ def described_group(
     if state.target.scheduled_rebalance_at_ms is not None:
         out.scheduled_rebalance_at_ms = state.target.scheduled_rebalance_at_ms
     for c in sorted(state.catalogue.values(), key=lambda c: c.name):
-        out.catalogue.add(name=c.name, task_count=c.task_count, config=dict(c.config))
+        config = dict(c.config) if config_values else dict.fromkeys(c.config, HIDDEN_VALUE)
+        out.catalogue.add(
+            name=c.name, task_count=c.task_count, config=config, config_digest=c.digest()
+        )
     out.group_configs.update({**defaults.as_map(), **state.configs})
     for m in sorted(state.members.values(), key=lambda m: m.member_id):
         dm = out.members.add(

@@ -53,6 +53,7 @@ class CoordinatorServer:
         principal_mapper: PrincipalMapper | None = None,
         authorizer: Authorizer | None = None,
         quotas: PrincipalQuotas | None = None,
+        describe_config_values: bool = False,
     ) -> None:
         self.tls = ReloadingCredentials(tls, manager.metrics) if tls is not None else None
         mutual = tls is not None and tls.mutual
@@ -60,6 +61,7 @@ class CoordinatorServer:
         self.identity = CallIdentity(principal_mapper or PrincipalMapper() if mutual else None)
         self.authorizer = authorizer
         self.quotas = quotas
+        self.describe_config_values = describe_config_values
         options = [("grpc.so_reuseport", 0), *channel_options(max_message_bytes)]
         self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         self._loop = asyncio.new_event_loop()
@@ -100,7 +102,14 @@ class CoordinatorServer:
             admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"],
             admin_pb2,
             AsyncAdminServicer(
-                AdminServicer(manager, self.identity, self.authorizer, self.quotas), self._pool
+                AdminServicer(
+                    manager,
+                    self.identity,
+                    self.authorizer,
+                    self.quotas,
+                    describe_config_values=self.describe_config_values,
+                ),
+                self._pool,
             ),
             undecodable,
             self.identity,

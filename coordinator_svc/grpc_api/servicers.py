@@ -81,12 +81,15 @@ class _Base:
         identity: CallIdentity | None = None,
         authorizer: Authorizer | None = None,
         quotas: PrincipalQuotas | None = None,
+        describe_config_values: bool = False,
     ) -> None:
         self.manager = manager
         self.defaults = manager.defaults
         self.identity = identity or CallIdentity()
         self.authorizer = authorizer
         self.quotas = quotas or PrincipalQuotas()
+        #: With authorization off: whether DescribeGroups shows config values when asked.
+        self.describe_config_values = describe_config_values
 
     def _principal(self, context: Context) -> str:
         principal = self.identity.principal(context)
@@ -356,10 +359,24 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
         for group_id in request.group_ids:
             if not context.is_active():
                 break  # the caller gave up: describe no more
-            out.groups.append(self._describe(group_id, context))
+            out.groups.append(self._describe(group_id, context, request.include_config_values))
         return out
 
-    def _describe(self, group_id: str, context: Context) -> admin_pb2.DescribedGroup:
+    def _may_see_config_values(self, principal: str, group_id: str) -> None:
+        """GROUP_AUTHORIZATION_FAILED unless the caller may see connector config values: the
+        DESCRIBE_CONFIGS operation when authorization is on, the server's setting when off."""
+        if self.authorizer is not None and self.authorizer.enabled:
+            self._authorize("DescribeGroups", principal, Operation.DESCRIBE_CONFIGS, group_id)
+        elif not self.describe_config_values:
+            self._denied("DescribeGroups", principal, Operation.DESCRIBE_CONFIGS, group_id)
+            raise GroupAuthorizationFailed(
+                "this coordinator does not show connector config values "
+                "(--describe-config-values refuse); ask without include_config_values."
+            )
+
+    def _describe(
+        self, group_id: str, context: Context, config_values: bool = False
+    ) -> admin_pb2.DescribedGroup:
         def describe(
             state: GroupState | None, now: int
         ) -> Result[Callable[[], admin_pb2.DescribedGroup]]:
@@ -379,14 +396,18 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             # Only a copy of the maps under the group's lock; the answer is built after it.
             view = state.read_view()
             return Result(
-                [], lambda: convert.described_group(view, self.defaults, now, reason, name)
+                [],
+                lambda: convert.described_group(
+                    view, self.defaults, now, reason, name, config_values
+                ),
             )
 
         def call() -> admin_pb2.DescribedGroup:
             validate_group_id(group_id)
-            self._authorize(
-                "DescribeGroups", self._principal(context), Operation.DESCRIBE, group_id
-            )
+            principal = self._principal(context)
+            self._authorize("DescribeGroups", principal, Operation.DESCRIBE, group_id)
+            if config_values:
+                self._may_see_config_values(principal, group_id)
             answer = self.manager.execute(
                 group_id, describe, cancelled=lambda: not context.is_active()
             )

@@ -263,6 +263,7 @@ def connector_row(group_id: str, connector: Connector) -> dict[str, Any]:
         "name": connector.name,
         "task_count": connector.task_count,
         "config": dict(connector.config),
+        "config_digest": connector.digest(),
     }
 
 

@@ -146,6 +146,9 @@ class ConnectorRow(Base):
     name: Mapped[str] = mapped_column(sa.String, primary_key=True)
     task_count: Mapped[int] = mapped_column(sa.Integer)
     config: Mapped[dict[str, str]] = mapped_column(JSON)
+    # `connect_protocol.configs.config_digest(config)`: what the audit export keeps instead of
+    # the values (configs carry secrets).
+    config_digest: Mapped[str] = mapped_column(sa.String(80), server_default="")
 
 
 class TargetAssignmentRow(Base):

@@ -166,7 +166,7 @@ def test_prepare_returns_everything_the_assignor_needs() -> None:
         PreparedMemberInfo("w2", 5, "i2", "", COMPATIBLE[0], W2_SHARE),
     )
     assert prepared.catalogue == (
-        ConnectorInfo("A", 2, {"k": "v"}),
+        ConnectorInfo("A", 2, {}),  # never the config: it carries secrets (issue 16)
         ConnectorInfo("B", 1, {}),
         ConnectorInfo("C", 1, {}),
     )

@@ -127,10 +127,12 @@ class ListedGroup(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., member_count: _Optional[int] = ...) -> None: ...
 
 class DescribeGroupsRequest(_message.Message):
-    __slots__ = ("group_ids",)
+    __slots__ = ("group_ids", "include_config_values")
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_CONFIG_VALUES_FIELD_NUMBER: _ClassVar[int]
     group_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    include_config_values: bool
+    def __init__(self, group_ids: _Optional[_Iterable[str]] = ..., include_config_values: _Optional[bool] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups",)

@@ -89,7 +89,7 @@ class AssignorList(_message.Message):
     def __init__(self, assignors: _Optional[_Iterable[_Union[Assignor, _Mapping]]] = ...) -> None: ...
 
 class ConnectorSpec(_message.Message):
-    __slots__ = ("name", "task_count", "config")
+    __slots__ = ("name", "task_count", "config", "config_digest")
     class ConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -100,10 +100,12 @@ class ConnectorSpec(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_DIGEST_FIELD_NUMBER: _ClassVar[int]
     name: str
     task_count: int
     config: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., task_count: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    config_digest: str
+    def __init__(self, name: _Optional[str] = ..., task_count: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., config_digest: _Optional[str] = ...) -> None: ...
 
 class MemberAssignment(_message.Message):
     __slots__ = ("member_id", "connectors_and_tasks", "version", "metadata")
