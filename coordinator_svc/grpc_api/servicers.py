@@ -239,8 +239,8 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         except Exception:
             return None
         done, resp = outcome
-        if not done or resp is None:
-            return None
+        if not done or resp is None or resp.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+            return None  # a refused impersonation is answered (and counted) on the full path
         if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
             self.manager.metrics.errors.labels(
                 "ConnectGroupHeartbeat", ErrorCode(resp.error_code).name

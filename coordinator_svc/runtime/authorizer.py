@@ -59,9 +59,12 @@ class Authorizer:
         self._refresh_s = refresh_s
         self._denial_interval_s = denial_interval_s
         self._wall_ms = wall_ms
-        self._acls = AclSet()
         self._stamp: tuple[int, int] | None = None
-        self._decisions: dict[tuple[str, Operation, ResourceType, str], bool] = {}
+        # The ACLs in force and the decisions made from them, swapped as one (one attribute).
+        self._generation: tuple[AclSet, dict[tuple[str, Operation, ResourceType, str], bool]] = (
+            AclSet(),
+            {},
+        )
         self._pending: dict[tuple[str, str, str], _Pending] = {}
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
@@ -101,9 +104,8 @@ class Authorizer:
         if stamp == self._stamp:
             return False
         stamp, entries = self._store.load()
-        self._acls = AclSet(entries)
+        self._generation = (AclSet(entries), {})
         self._stamp = stamp
-        self._decisions = {}
         log.info(
             "ACLs loaded",
             extra=fields(event="acls_loaded", entries=len(entries)),
@@ -118,12 +120,15 @@ class Authorizer:
         if not self.enabled or principal in self.super_users:
             return True
         key = (principal, operation, resource_type, name)
-        decision = self._decisions.get(key)
+        # The ACLs and the cache of one generation: a decision worked out while `refresh`
+        # swaps them goes into the old cache, which is dropped, never into the new one.
+        acls, decisions = self._generation
+        decision = decisions.get(key)
         if decision is None:
-            decision = self._acls.allows(principal, operation, resource_type, name)
-            if len(self._decisions) >= MAX_CACHED_DECISIONS:
-                self._decisions = {}
-            self._decisions[key] = decision
+            decision = acls.allows(principal, operation, resource_type, name)
+            if len(decisions) >= MAX_CACHED_DECISIONS:
+                decisions.clear()
+            decisions[key] = decision
         return decision
 
     def denied(self, rpc: str, principal: str, operation: Operation, resource: str) -> None:
