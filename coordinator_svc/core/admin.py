@@ -52,7 +52,9 @@ def put_connector(
         return refused(PutConnectorResponse, error)
     grows = connector.wire_bytes() - (0 if existing is None else existing.wire_bytes())
     if grows > 0:
-        catalogue = (0 if state is None else state.catalogue_wire_bytes) + grows
+        catalogue = (
+            0 if state is None else state.catalogue_wire_bytes + state.assignor_metadata_bytes
+        ) + grows
         size = prepare_bytes(catalogue, change.member_count())
         if size > defaults.max_message_bytes:
             too_large = InvalidRequest(

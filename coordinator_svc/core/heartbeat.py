@@ -34,6 +34,7 @@ from .records import EventType
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
 from .selection import NoSelection, select_with
 from .validation import validate_heartbeat
+from .wire_size import prepare_bytes
 
 
 def heartbeat(
@@ -103,13 +104,7 @@ class _Heartbeat:
     def run(self) -> Result[HeartbeatResponse]:
         req = self.req
         if req.client_assignors:
-            size = sum(len(a.metadata) for a in req.client_assignors)
-            if size > self.defaults.max_assignor_metadata_bytes:
-                raise PolicyViolation(
-                    f"the client assignors' metadata take {size:,} bytes, over the limit of "
-                    f"{self.defaults.max_assignor_metadata_bytes:,} per member "
-                    "(--max-assignor-metadata-bytes)."
-                )
+            self.check_metadata_size(sum(len(a.metadata) for a in req.client_assignors))
         if req.server_assignor is not None:
             raise UnsupportedAssignor(
                 f"server-side assignor {req.server_assignor!r} is not supported: this coordinator "
@@ -294,6 +289,37 @@ class _Heartbeat:
         return self.finish(updated, req.owned, send=resend)
 
     # --- helpers ---
+
+    def check_metadata_size(self, size: int) -> None:
+        """POLICY_VIOLATION if a member's assignor metadata of `size` bytes is over the
+        per-member limit, or would make the group's PrepareAssignment answer (every member's
+        metadata is in it) larger than --max-message-bytes: no assignor could then be asked.
+        O(1): the group keeps the total."""
+        defaults = self.defaults
+        if size > defaults.max_assignor_metadata_bytes:
+            raise PolicyViolation(
+                f"the client assignors' metadata take {size:,} bytes, over the limit of "
+                f"{defaults.max_assignor_metadata_bytes:,} per member "
+                "(--max-assignor-metadata-bytes)."
+            )
+        state = self.state
+        if state is None:
+            return
+        member = state.members.get(self.req.member_id)
+        grows = size - (0 if member is None else member.metadata_bytes())
+        if grows <= 0:
+            return
+        members = len(state.members) + (1 if member is None else 0)
+        answer = prepare_bytes(
+            state.catalogue_wire_bytes + state.assignor_metadata_bytes + grows, members
+        )
+        if answer > defaults.max_message_bytes:
+            raise PolicyViolation(
+                f"the group's PrepareAssignment answer would be about {answer:,} bytes with this "
+                f"member's assignor metadata, over the maximum message size of "
+                f"{defaults.max_message_bytes:,} bytes (--max-message-bytes); send less "
+                "metadata, or raise the limit on the coordinator and every agent."
+            )
 
     def check_bound(self, bound_to: str, what: str) -> None:
         """A member id or instance id acts only for the principal that created it ("": bound

@@ -115,6 +115,10 @@ class Member:
         """Everything the member may still be running: assigned plus pending revocation."""
         return self.assigned | self.pending_revocation
 
+    def metadata_bytes(self) -> int:
+        """The bytes of its client assignors' metadata (each is in a Prepare answer)."""
+        return sum(len(a.metadata) for a in self.assignors)
+
     def assignor(self, name: str) -> Assignor | None:
         for a in self.assignors:
             if a.name == name:
@@ -249,6 +253,7 @@ class GroupState:
         self.catalogue_wire_bytes = 0  # what the catalogue adds to a Prepare answer, at most
         self.catalogue_tasks = 0
         self.catalogue_config_bytes = 0
+        self.assignor_metadata_bytes = 0  # of every member's client assignors, together
 
     @property
     def group_id(self) -> str:
@@ -383,6 +388,9 @@ class GroupState:
 
     def _index_selection(self, old: Member | None, new: Member | None) -> None:
         member_id = (new or old).member_id  # type: ignore[union-attr]
+        self.assignor_metadata_bytes += (0 if new is None else new.metadata_bytes()) - (
+            0 if old is None else old.metadata_bytes()
+        )
         if old is not None and (new is None or old.assignors != new.assignors):
             self.selection_index.remove(member_id, profile_of(old))
         if new is not None and (old is None or old.assignors != new.assignors):

@@ -67,6 +67,11 @@ def validate_group_id(group_id: str) -> None:
     _check_name(group_id, "GroupId")
 
 
+def validate_page_token(token: str) -> None:
+    """ListGroups' page token: a group id from a previous page, or empty."""
+    _check_text(token, "PageToken", MAX_NAME_LENGTH)
+
+
 def validate_heartbeat(req: HeartbeatRequest) -> None:
     _check_name(req.group_id, "GroupId")
     _check_name(req.member_id, "MemberId")

@@ -135,17 +135,25 @@ def register(
     servicer: Any,
     undecodable: UndecodableRequests,
     identity: CallIdentity,
+    max_message_bytes: int,
 ) -> None:
     """Serve `service` with `servicer`'s coroutines, decoding each body itself (instead of the
-    generated `add_..._to_server`), so that an undecodable one is refused cleanly, and working
-    out the caller's principal (`identity`) before the servicer sees the call."""
+    generated `add_..._to_server`), so that an undecodable one is refused cleanly, working out
+    the caller's principal (`identity`) before the servicer sees the call, and refusing an
+    answer over `max_message_bytes` with RESOURCE_EXHAUSTED itself (gRPC would log a
+    traceback for each)."""
     handlers = {}
     for method in service.methods:
         request_type = getattr(messages, method.input_type.name)
         response_type = getattr(messages, method.output_type.name)
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             _decoding(
-                getattr(servicer, method.name), request_type, method.name, undecodable, identity
+                getattr(servicer, method.name),
+                request_type,
+                method.name,
+                undecodable,
+                identity,
+                max_message_bytes,
             ),
             response_serializer=response_type.SerializeToString,
         )
@@ -160,6 +168,7 @@ def _decoding(
     rpc: str,
     undecodable: UndecodableRequests,
     identity: CallIdentity,
+    max_message_bytes: int,
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def handle(body: bytes, context: grpc.aio.ServicerContext) -> Any:
         principal = identity.principal(context)
@@ -178,6 +187,16 @@ def _decoding(
                 f"the request body is not a valid {request_type.DESCRIPTOR.full_name}.",
             )
         assert principal is not None  # abort raised
-        return await method(request, context, principal)
+        answer = await method(request, context, principal)
+        size = answer.ByteSize()
+        if size > max_message_bytes:
+            undecodable.metrics.errors.labels(rpc, "RESOURCE_EXHAUSTED").inc()
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"SERVER: the answer would be {size} bytes, over the coordinator's maximum "
+                f"message size of {max_message_bytes} (--max-message-bytes); ask for less (fewer "
+                "groups per DescribeGroups), or raise the limit on the coordinator and clients.",
+            )
+        return answer
 
     return handle

@@ -62,6 +62,7 @@ class CoordinatorServer:
         self.authorizer = authorizer
         self.quotas = quotas
         self.describe_config_values = describe_config_values
+        self.max_message_bytes = max_message_bytes
         options = [("grpc.so_reuseport", 0), *channel_options(max_message_bytes)]
         self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         self._loop = asyncio.new_event_loop()
@@ -96,6 +97,7 @@ class CoordinatorServer:
             ),
             undecodable,
             self.identity,
+            self.max_message_bytes,
         )
         register(
             server,
@@ -113,6 +115,7 @@ class CoordinatorServer:
             ),
             undecodable,
             self.identity,
+            self.max_message_bytes,
         )
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

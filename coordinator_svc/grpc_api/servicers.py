@@ -46,6 +46,7 @@ from ..core.selection import NoSelection
 from ..core.validation import (
     Request,
     validate_group_id,
+    validate_page_token,
     validate_request,
 )
 from ..runtime.authorizer import Authorizer
@@ -343,6 +344,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                 )
             if request.page_size < 0:
                 raise InvalidRequest(f"page_size must be >= 0, not {request.page_size}.")
+            validate_page_token(request.page_token)
             page, next_token = self.manager.list_groups(request.page_token, request.page_size)
             return convert.listed_groups(page, next_token)
 

@@ -10,7 +10,6 @@ Requests that produce no records (steady heartbeats) touch no database.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -449,15 +448,21 @@ class GroupManager:
         """Give up the lease of a group that does not exist (a describe, a FindCoordinator or a
         refused request named it: its lease row is deleted, so read-only calls leave nothing
         behind), or of an idle one, so that no process keeps renewing it for nothing."""
-        if self._groups.get(group_id) is not owned:
-            return
-        del self._groups[group_id]
-        self._timers.cancel_group(group_id)
-        with contextlib.suppress(StoreUnavailable):  # if so, it lapses on its own
-            if owned.state is None:  # no such group: its lease row goes too
-                self.store.forget(owned.lease)
-            else:  # an idle group: the row stays, so the lease token keeps counting up
-                self.store.release(owned.lease)
+        # Under the acquisition lock, and the row gone before the group leaves memory: a
+        # request for the group meanwhile would otherwise find our own lease row and take it
+        # for another process's.
+        with self._acquire_lock:
+            if self._groups.get(group_id) is not owned:
+                return
+            try:
+                if owned.state is None:  # no such group: its lease row goes too
+                    self.store.forget(owned.lease)
+                else:  # an idle group: the row stays, so the lease token keeps counting up
+                    self.store.release(owned.lease)
+            except StoreUnavailable:  # it lapses on its own; the next request may extend it
+                self._kept_leases[group_id] = owned.lease
+            del self._groups[group_id]
+            self._timers.cancel_group(group_id)
 
     def adopt_free_groups(self) -> int:
         """Take over groups whose lease is free and that have timers to run (members, holds, a

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from connect.group.v1 import admin_pb2, coordinator_pb2
 
+from connect_protocol.configs import config_digest
 from connect_protocol.errors import ErrorCode
 from tests.support.coordinator import CoordinatorProcess, Stubs
 
@@ -56,13 +57,11 @@ def _put(stubs: Stubs, group: str, name: str, tasks: int, config_bytes: int = 0)
     )
 
 
-def _catalogue(stubs: Stubs, group: str) -> dict[str, tuple[int, int]]:
+def _catalogue(stubs: Stubs, group: str) -> dict[str, tuple[int, str]]:
     described = stubs.admin.DescribeGroups(
         admin_pb2.DescribeGroupsRequest(group_ids=[group]), timeout=10
     ).groups[0]
-    return {
-        c.name: (c.task_count, sum(len(v) for v in c.config.values())) for c in described.catalogue
-    }
+    return {c.name: (c.task_count, c.config_digest) for c in described.catalogue}
 
 
 def test_catalogue_limits_refuse_with_policy_violation_and_change_nothing(limited: Stubs) -> None:
@@ -81,7 +80,8 @@ def test_catalogue_limits_refuse_with_policy_violation_and_change_nothing(limite
     count = _put(limited, "g", "D", 0)
     assert count.error_code == ErrorCode.POLICY_VIOLATION  # type: ignore[attr-defined]
     assert "--max-connectors-per-group" in count.error_message  # type: ignore[attr-defined]
-    assert _catalogue(limited, "g") == {"A": (4, 900), "B": (4, 900), "C": (2, 0)}
+    big = config_digest({"k": "v" * 900})
+    assert _catalogue(limited, "g") == {"A": (4, big), "B": (4, big), "C": (2, config_digest({}))}
 
 
 def test_groups_per_database_limit(limited: Stubs) -> None:
