@@ -26,6 +26,10 @@ waited; task moves per connector; violations: a resource owned twice, a resource
 the grace window, a removed member still listed), written as Parquet, a JSON summary and an HTML
 report under OUTPUT/reports/export_date=DATE/.
 
+Connector configs carry secrets: the catalogue has each connector's config digest (sha256 of its
+canonical JSON: a change shows, two snapshots compare) and not its values, unless
+--include-config-values.
+
 Incremental: each run records its watermark (the last event id it exported) in
 OUTPUT/_watermarks/; the next export date starts after it. Re-running an export date replaces
 what it wrote (idempotent). Every option can also be set by the environment variable named in its
@@ -69,6 +73,13 @@ def build_parser(local: bool = True) -> argparse.ArgumentParser:
         default=_env("AUDIT_EXPORT_DATE", None),
         help="the run's logical date, YYYY-MM-DD: the partition it writes, and the key of its "
         "watermark (AUDIT_EXPORT_DATE; default today, UTC)",
+    )
+    dst.add_argument(
+        "--include-config-values",
+        action="store_true",
+        help="write each connector's config values in the catalogue, besides its digest: for "
+        "operators who store the export as securely as the database (default: digests only; "
+        "configs carry passwords and keys)",
     )
     inc = parser.add_argument_group("incremental events (since / watermark)")
     inc.add_argument(
@@ -179,6 +190,7 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
         unfilled_wait_ms=args.unfilled_wait_ms,
         findings=not args.no_findings,
         max_report_rows=args.max_report_rows,
+        include_config_values=args.include_config_values,
     )
 
 

@@ -10,6 +10,10 @@ Output layout under the output path (every table Parquet, partitioned by export 
         rebalances, lost_resources, connector_moves, violations, ownership
     reports/export_date=YYYY-MM-DD/summary.json and report.html
     _watermarks/export_date=YYYY-MM-DD.json
+
+Connector configs carry secrets: the catalogue has each connector's config digest and its values
+only with `include_config_values`; the events are written as stored, and a CONNECTOR_PUT's
+payload has `config_changed` and the new `config_digest`, never values.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ class ExportOptions:
             again (see `watermark`).
         findings: compute the findings, the summary and the report.
         max_report_rows: rows per list in the JSON summary and the report (Parquet has all).
+        include_config_values: write each connector's config values in the catalogue, besides
+            its digest (off: connector configs carry secrets; only for an export stored as
+            securely as the database).
     """
 
     database_url: str
@@ -69,6 +76,7 @@ class ExportOptions:
     unfilled_wait_ms: int = 3_600_000
     findings: bool = True
     max_report_rows: int = 500
+    include_config_values: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,7 +199,12 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             # 3. The snapshot: every table read at the same instant (PostgreSQL), each streamed
             #    from JDBC to Parquet.
             tables = snapshot.read(
-                spark, src, stats, tuning=tuning, session_init=pinned.session_init
+                spark,
+                src,
+                stats,
+                tuning=tuning,
+                session_init=pinned.session_init,
+                include_config_values=options.include_config_values,
             )
             writes = {
                 name: pool.submit(
@@ -270,7 +283,13 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
 
             started = time.monotonic()
             summary = build_summary(
-                run, event_range, config, exported, finding_tables, options.max_report_rows
+                run,
+                event_range,
+                config,
+                exported,
+                finding_tables,
+                options.max_report_rows,
+                include_config_values=options.include_config_values,
             )
             timelines = _timelines(finding_tables, config.as_of_ms)
             base = join(out, "reports", f"export_date={export_date}")

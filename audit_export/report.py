@@ -307,6 +307,12 @@ def render_html(summary: Mapping[str, Any], timelines: Sequence[GroupTimeline]) 
                 ("watermark (next run starts after)", wm["until_event_id"]),
                 ("grace window for unassigned resources", _fmt_ms(summary.get("grace_ms"))),
                 (
+                    "connector configs in the catalogue",
+                    "digests and values (--include-config-values)"
+                    if summary.get("connector_configs") == "values"
+                    else "digests only (config_digest: sha256 of the config; no values)",
+                ),
+                (
                     "snapshot rows",
                     ", ".join(f"{k} {v}" for k, v in sorted(rows.items()) if k != "events"),
                 ),

@@ -7,7 +7,10 @@ Tables (each with `group_id`; `export_date` is added when written):
 - `groups`, `group_leases`, `members`, `group_configs`: the rows as stored (JSON columns as JSON
   text, byte columns as binary).
 - `catalogue`: one row per connector and per task (`resource`, `resource_type`, `connector`,
-  `task`), with the connector's task count and configuration.
+  `task`), with the connector's task count and, on its connector row, the digest of its config
+  (`config_digest`, "sha256:<hex>"; `connect_protocol.configs.config_digest`); the `config`
+  values themselves (a map) only with `include_config_values`, else NULL: configs carry
+  secrets, and the export keeps a daily copy of whatever it writes.
 - `target_assignment`: one row per resource in a member's share of the target, with the
   assignment epoch, group epoch, the share's version, the member's epoch and state if it is
   still a member, and the scheduled rebalance if one is pending.
@@ -55,10 +58,12 @@ def read(
     *,
     tuning: source.ReadTuning = source.DEFAULT_TUNING,
     session_init: str | None = None,
+    include_config_values: bool = False,
 ) -> dict[str, DataFrame]:
     """Every snapshot table (by name, in `SNAPSHOT_TABLES` order) as a JDBC read: the stored
     tables as they are, the derived ones flattened by the database (`snapshot_sql`). With
-    `session_init` from `source.pinned_snapshot`, all of them read the same instant."""
+    `session_init` from `source.pinned_snapshot`, all of them read the same instant. Connector
+    config values are read (and so written) only with `include_config_values`."""
     tables = {
         spec.name: source.read_table(
             spark,
@@ -70,7 +75,7 @@ def read(
         )
         for spec in RAW_TABLES
     }
-    for table in snapshot_sql.DERIVED_TABLES:
+    for table in snapshot_sql.derived_tables(include_config_values):
         df = source.read_query(
             spark,
             src,

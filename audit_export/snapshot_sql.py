@@ -9,11 +9,18 @@ Two dialects, one shape:
 
 Every query yields the columns of its table in order; `columns` types them for Spark
 (`customSchema`). Pure text, no I/O: tests run these queries against both databases.
+
+Connector configs are secrets (passwords, keys): the catalogue carries each connector's
+`config_digest` as the coordinator stored it (`connect_protocol.configs.config_digest`), and its
+`config` column is NULL, not even read from the database, unless the export is asked for the
+values (`CATALOGUE_WITH_CONFIG_VALUES`, `--include-config-values`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal
 
 Dialect = Literal["postgresql", "sqlite"]
@@ -29,12 +36,14 @@ class DerivedTable:
         source_table: the stored table the rows come from; its row count sizes parallel reads.
         source_key: that table's key column as the query names it: parallel reads split on it
             (hash predicates on PostgreSQL).
+        query: which query yields the rows (default: the one named like the table).
     """
 
     name: str
     columns: tuple[tuple[str, str], ...]
     source_table: str
     source_key: str
+    query: str = ""
 
     def ddl(self) -> str:
         return ", ".join(f"{name} {kind}" for name, kind in self.columns)
@@ -46,7 +55,7 @@ class DerivedTable:
         """The query; `where`, a condition on a `{key}` placeholder (replaced by `source_key`),
         limits it to part of the source table's rows."""
         condition = where.format(key=self.source_key) if where else None
-        return _QUERIES[self.name](_Json(dialect), condition)
+        return _QUERIES[self.query or self.name](_Json(dialect), condition)
 
 
 class _Json:
@@ -122,7 +131,10 @@ def _items(j: _Json, doc: str, select: str, tail: str, base: str, where: str | N
     )
 
 
-def _catalogue(j: _Json, where: str | None) -> str:
+def _catalogue(j: _Json, where: str | None, *, config_values: bool = False) -> str:
+    """One row per connector (its digest, and its config only with `config_values`) and per
+    task (neither)."""
+    config = j.text("c.config") if config_values else "CAST(NULL AS TEXT)"
     filtered = f" WHERE {where}" if where else ""
     if j.dialect == "postgresql":
         numbers = "CROSS JOIN generate_series(0, c.task_count - 1) AS s(n)"
@@ -136,10 +148,12 @@ def _catalogue(j: _Json, where: str | None) -> str:
     return (
         f"{prefix}SELECT c.group_id, c.name AS resource, 'connector' AS resource_type, "
         f"c.name AS connector, {j.null_int()} AS task, c.task_count, "
-        f"{j.text('c.config')} AS config FROM connectors c{filtered}\n"
+        # '': a row written without a digest (by a coordinator older than the column).
+        f"NULLIF(c.config_digest, '') AS config_digest, {config} AS config "
+        f"FROM connectors c{filtered}\n"
         f"UNION ALL\n"
         f"SELECT c.group_id, c.name || '-' || CAST(s.n AS TEXT), 'task', c.name, s.n, "
-        f"c.task_count, NULL FROM connectors c {numbers}{filtered}"
+        f"c.task_count, NULL, NULL FROM connectors c {numbers}{filtered}"
     )
 
 
@@ -196,8 +210,9 @@ def _current_assignment(j: _Json, where: str | None) -> str:
     )
 
 
-_QUERIES = {
+_QUERIES: dict[str, Callable[[_Json, str | None], str]] = {
     "catalogue": _catalogue,
+    "catalogue_with_config_values": partial(_catalogue, config_values=True),
     "target_assignment": _target_assignment,
     "current_assignment": _current_assignment,
 }
@@ -211,10 +226,18 @@ _RESOURCE = (
 
 CATALOGUE = DerivedTable(
     "catalogue",
-    (("group_id", "STRING"), *_RESOURCE, ("task_count", "INT"), ("config", "STRING")),
+    (
+        ("group_id", "STRING"),
+        *_RESOURCE,
+        ("task_count", "INT"),
+        ("config_digest", "STRING"),
+        ("config", "STRING"),
+    ),
     source_table="connectors",
     source_key="c.name",
 )
+CATALOGUE_WITH_CONFIG_VALUES = replace(CATALOGUE, query="catalogue_with_config_values")
+"""The catalogue with each connector's config values as well (same columns)."""
 TARGET_ASSIGNMENT = DerivedTable(
     "target_assignment",
     (
@@ -251,3 +274,11 @@ CURRENT_ASSIGNMENT = DerivedTable(
 )
 
 DERIVED_TABLES = (CATALOGUE, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT)
+"""The derived tables as exported by default (the catalogue without config values)."""
+
+
+def derived_tables(include_config_values: bool = False) -> tuple[DerivedTable, ...]:
+    """The derived tables; the catalogue with config values only if asked."""
+    if not include_config_values:
+        return DERIVED_TABLES
+    return (CATALOGUE_WITH_CONFIG_VALUES, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT)

@@ -227,9 +227,17 @@ MEMBERS = TableSpec(
 )
 CONNECTORS = TableSpec(
     "connectors",
-    (("group_id", "string"), ("name", "string"), ("task_count", "int"), ("config", "json")),
+    (
+        ("group_id", "string"),
+        ("name", "string"),
+        ("task_count", "int"),
+        ("config", "json"),
+        ("config_digest", "string"),
+    ),
     hash_key="name",
 )
+"""Never read whole by the export: the catalogue (`snapshot_sql.CATALOGUE`) carries the digest
+of each config and its values only when asked."""
 TARGET_ASSIGNMENTS = TableSpec(
     "target_assignments",
     (

@@ -25,9 +25,12 @@ def build_summary(
     tables: dict[str, DataFrame],
     found: dict[str, DataFrame],
     max_rows: int,
+    *,
+    include_config_values: bool = False,
 ) -> dict[str, Any]:
     """The run's JSON summary: the run and its watermark, counts per group and per kind, and
-    the first `max_rows` rows of the violations, rebalances and connector moves."""
+    the first `max_rows` rows of the violations, rebalances and connector moves; and whether
+    the catalogue holds config values (`connector_configs`: "digests" or "values")."""
     limit = max_rows
     violations, v_cut = _rows(
         found["violations"], limit, "group_id", "kind", "resource", "event_id"
@@ -89,6 +92,7 @@ def build_summary(
             "rechecked_event_ids": list(run.rechecked),
             "unfilled_event_ids": [event_id for event_id, _ in run.unfilled],
         },
+        "connector_configs": "values" if include_config_values else "digests",
         "grace_ms": config.grace_ms,
         "as_of_ms": config.as_of_ms,
         "rows": {k: v for k, v in run.table_rows.items() if not k.startswith("findings/")},

@@ -66,6 +66,15 @@ ASSIGNORS = (
 )
 
 
+_CANONICAL_CONFIG = '{"tasks.max":"%%s","topic":"topic-%%s"}'
+CONFIG_DIGEST_SQL = (
+    f"'sha256:' || encode(sha256(convert_to(format('{_CANONICAL_CONFIG}', %(t)s, k), 'UTF8')), "
+    "'hex')"
+)
+"""Connector k's `connect_protocol.configs.config_digest` (its config, as generated: sorted
+keys, no spaces), in SQL (a psycopg query text: `%%` is `%`)."""
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -138,11 +147,12 @@ def generate(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[st
     )
     conn.execute(
         """
-        INSERT INTO connectors (group_id, name, task_count, config)
+        INSERT INTO connectors (group_id, name, task_count, config, config_digest)
         SELECT %(g)s, format('conn-%%s', lpad(k::text, 5, '0')), %(t)s,
-               jsonb_build_object('topic', format('topic-%%s', k), 'tasks.max', %(t)s::text)
+               jsonb_build_object('topic', format('topic-%%s', k), 'tasks.max', %(t)s::text),
+               {CONFIG_DIGEST}
         FROM generate_series(0, %(c)s - 1) k
-        """,
+        """.replace("{CONFIG_DIGEST}", CONFIG_DIGEST_SQL),
         _ints(g=GROUP, c=c, t=t),
     )
     conn.execute(
@@ -199,10 +209,13 @@ def generate(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[st
                    CASE x WHEN 0 THEN jsonb_build_object(
                             'connector', format('conn-%%s', lpad(k::text, 5, '0')),
                             'task_count', %(t)s, 'previous_task_count', NULL,
-                            'config_changed', true, 'caller', 'ipv4:127.0.0.1:1')
+                            'config_changed', true,
+                            'config_digest', {CONFIG_DIGEST}, 'caller', 'ipv4:127.0.0.1:1')
                    ELSE jsonb_build_object('reason', 'connector added',
                             'connector', format('conn-%%s', lpad(k::text, 5, '0'))) END
-            FROM generate_series(0, %(c)s - 1) k, generate_series(0, 1) x"""
+            FROM generate_series(0, %(c)s - 1) k, generate_series(0, 1) x""".replace(
+                "{CONFIG_DIGEST}", CONFIG_DIGEST_SQL
+            )
         ),
         {**params, **_ints(c=c, t=t)},
     )

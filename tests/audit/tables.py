@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 
 from audit_export import source
 from audit_export.snapshot import SCHEMA_FILE
+from connect_protocol.configs import config_digest
 from coordinator_svc.store import schema
 from coordinator_svc.store.migrate import normalize_url
 
@@ -107,15 +108,37 @@ class Database:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.max(schema.events.c.id))).scalar() or 0)
 
-    def catalogue(self) -> list[Row]:
+    def catalogue(self, config_values: bool = False) -> list[Row]:
+        """The connector rows carry the digest of their config (recomputed here from the
+        stored config: None for a row stored without one) and, with `config_values`, the
+        config itself."""
         out: list[Row] = []
         for c in self.rows(schema.connectors):
-            config = json.dumps(c["config"], sort_keys=True)
+            digest = config_digest(c["config"]) if c["config_digest"] else None
+            config = json.dumps(c["config"], sort_keys=True) if config_values else None
             out.append(
-                (c["group_id"], c["name"], "connector", c["name"], None, c["task_count"], config)
+                (
+                    c["group_id"],
+                    c["name"],
+                    "connector",
+                    c["name"],
+                    None,
+                    c["task_count"],
+                    digest,
+                    config,
+                )
             )
             out += [
-                (c["group_id"], f"{c['name']}-{i}", "task", c["name"], i, c["task_count"], None)
+                (
+                    c["group_id"],
+                    f"{c['name']}-{i}",
+                    "task",
+                    c["name"],
+                    i,
+                    c["task_count"],
+                    None,
+                    None,
+                )
                 for i in range(c["task_count"])
             ]
         return _sorted(out)
@@ -185,6 +208,7 @@ EXPORTED_COLUMNS: dict[str, Sequence[str]] = {
         "connector",
         "task",
         "task_count",
+        "config_digest",
         "config",
     ),
     "target_assignment": (

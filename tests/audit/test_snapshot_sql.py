@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
 from audit_export import snapshot, snapshot_sql, source
+from connect_protocol.configs import config_digest
 from coordinator_svc.store import schema
 from coordinator_svc.store.migrate import normalize_url, upgrade_to_head
 from tests.audit import tables as T
@@ -69,6 +70,16 @@ def _member(
     }
 
 
+def _connector(group_id: str, name: str, tasks: int, config: dict[str, str]) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "name": name,
+        "task_count": tasks,
+        "config": config,
+        "config_digest": config_digest(config),
+    }
+
+
 def fill(url: str) -> None:
     """Two groups whose rows cover the awkward cases."""
     engine = sa.create_engine(normalize_url(url))
@@ -78,10 +89,11 @@ def fill(url: str) -> None:
         conn.execute(
             sa.insert(t["connectors"]),
             [
-                {"group_id": "g1", "name": "A", "task_count": 2, "config": {"k": "v"}},
-                {"group_id": "g1", "name": "Zéro", "task_count": 0, "config": {}},
-                {"group_id": "g1", "name": "B", "task_count": 1, "config": {"topic": "t-é"}},
-                {"group_id": "g2", "name": "A", "task_count": 1, "config": {"k": "other"}},
+                _connector("g1", "A", 2, {"k": "v"}),
+                _connector("g1", "Zéro", 0, {}),
+                _connector("g1", "B", 1, {"topic": "t-é", 'pass"word': "a\\b\n"}),
+                # stored without a digest (by a coordinator older than the column)
+                {**_connector("g2", "A", 1, {"k": "other"}), "config_digest": ""},
             ],
         )
         conn.execute(
@@ -192,15 +204,22 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
     db = T.Database(filled)
     try:
         catalogue = _query(filled, snapshot_sql.CATALOGUE)
+        with_values = _query(filled, snapshot_sql.CATALOGUE_WITH_CONFIG_VALUES)
         target = _query(filled, snapshot_sql.TARGET_ASSIGNMENT)
         current = _query(filled, snapshot_sql.CURRENT_ASSIGNMENT)
         assert catalogue == db.catalogue()
+        assert with_values == db.catalogue(config_values=True)
         assert target == db.target_assignment()
         assert current == db.current_assignment()
     finally:
         db.close()
     # The cases are really there (the oracle could be wrong the same way).
-    assert ("g1", "Zéro", "connector", "Zéro", None, 0, "{}") in catalogue
+    # Digests, no config values, unless asked; NULL where the row has no digest.
+    assert ("g1", "Zéro", "connector", "Zéro", None, 0, config_digest({}), None) in catalogue
+    assert ("g1", "Zéro", "connector", "Zéro", None, 0, config_digest({}), "{}") in with_values
+    assert ("g2", "A", "connector", "A", None, 1, None, None) in catalogue
+    assert all(r[7] is None for r in catalogue)
+    assert "other" not in repr(catalogue) and "other" in repr(with_values)
     assert not [r for r in catalogue if r[3] == "Zéro" and r[2] == "task"]
     gone = [r for r in target if r[1] == "gone"]
     assert {r[2] for r in gone} == {"B", "A-1"} and all(r[9] is None for r in gone)
@@ -214,7 +233,7 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
 
 def test_a_condition_on_the_key_splits_the_rows_without_loss_or_overlap(filled: str) -> None:
     """What parallel reads rely on: the parts of a table are disjoint and make up the whole."""
-    for table in snapshot_sql.DERIVED_TABLES:
+    for table in (*snapshot_sql.DERIVED_TABLES, snapshot_sql.CATALOGUE_WITH_CONFIG_VALUES):
         whole = _query(filled, table)
         parts: list[Any] = []
         for first in "wgAB":

@@ -157,6 +157,14 @@ def test_help_documents_the_database_output_since_and_partitions() -> None:
         "--grace-ms",
         "--master",
         "--jdbc-jars",
+        "--include-config-values",
     ):
         assert option in proc.stdout, option
     assert "watermark" in proc.stdout and "DATABASE_URL" in proc.stdout
+
+
+def test_the_report_says_whether_the_catalogue_holds_config_values() -> None:
+    summary = {"export_date": "2026-01-01", "watermark": {"since_event_id": 0, "until_event_id": 3}}
+    assert "digests only" in report.render_html({**summary, "connector_configs": "digests"}, [])
+    shown = report.render_html({**summary, "connector_configs": "values"}, [])
+    assert "digests and values (--include-config-values)" in shown

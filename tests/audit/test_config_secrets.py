@@ -1,0 +1,166 @@
+"""Connector configs are secrets (issue 16): the audit export writes each config's digest, never
+its values, unless `--include-config-values` asks for them; a config change shows as two
+different digests, in the daily catalogue snapshots and in the CONNECTOR_PUT events.
+
+One coordinator per database (PostgreSQL and the embedded SQLite file, both read over JDBC by the
+test run's Spark session): A is put with a secret, exported on day 1; A's secret is changed
+(same task count: no rebalance), exported on day 2; then day 2 again into another directory with
+the values included. Every file under each output directory (Parquet, schemas, summary.json,
+report.html, watermarks) is searched for the secrets: as written (Spark's snappy leaves a single
+random string intact, which the values export proves), and the Parquet tables read back."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+import pytest
+from connect.group.v1 import admin_pb2
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from audit_export import ExportOptions, cli, run_export
+from audit_export.snapshot import SCHEMA_FILE
+from connect_protocol.configs import config_digest
+from tests.audit import tables as T
+from tests.support.coordinator import InProcessCoordinator
+
+GROUP = "secrets"
+DAY1, DAY2 = "2026-04-01", "2026-04-02"
+
+
+def put(stubs: Any, config: dict[str, str]) -> None:
+    resp = stubs.admin.PutConnector(
+        admin_pb2.PutConnectorRequest(group_id=GROUP, connector="A", task_count=1, config=config),
+        timeout=10,
+    )
+    assert resp.error_code == 0, resp
+
+
+def files_with(root: Path, secret: str) -> list[str]:
+    """The files under `root` whose bytes contain `secret` (UTF-8)."""
+    needle = secret.encode()
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and needle in p.read_bytes()
+    )
+
+
+def tables_with(spark: SparkSession, root: Path, *secrets: str) -> list[str]:
+    """The Parquet tables under `root` (each has a schema file) with a row whose JSON contains
+    any of `secrets`: the decoded values, whatever the compression."""
+    found = []
+    for schema_file in sorted(root.rglob(SCHEMA_FILE)):
+        table = str(schema_file.parent.relative_to(root))
+        df = T.read(spark, f"file://{root}", table)
+        row = F.to_json(F.struct(*df.columns))
+        hit = reduce(lambda a, b: a | b, [row.contains(s) for s in secrets])
+        if df.filter(hit).limit(1).count():
+            found.append(table)
+    return found
+
+
+def catalogue_row(spark: SparkSession, out: Path, day: str) -> dict[str, Any]:
+    rows = (
+        T.read(spark, f"file://{out}", "catalogue", day)
+        .filter("resource_type = 'connector'")
+        .collect()
+    )
+    assert len(rows) == 1
+    return rows[0].asDict(recursive=True)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("database_url"))
+    return f"sqlite:///{tmp_path / 'coordinator.db'}"
+
+
+@pytest.mark.timeout(240)
+def test_the_export_writes_config_digests_and_values_only_when_asked(
+    spark: SparkSession, url: str, tmp_path: Path
+) -> None:
+    secret1, secret2 = f"s3cr3t-{uuid.uuid4().hex}", f"s3cr3t-{uuid.uuid4().hex}"
+    config1 = {"db.password": secret1, "topic": "orders"}
+    config2 = {"db.password": secret2, "topic": "orders"}
+    digests = config_digest(config1), config_digest(config2)
+    out, with_values = tmp_path / "audit", tmp_path / "audit-with-values"
+
+    # The findings, summary and report read the Parquet written, whatever the database: they
+    # are searched once, after the PostgreSQL export of day 2 (each run of them costs seconds).
+    findings = url.startswith("postgresql")
+
+    with InProcessCoordinator(url) as coordinator:
+        put(coordinator.stubs, config1)
+        run_export(spark, ExportOptions(url, str(out), export_date=DAY1, findings=False))
+        put(coordinator.stubs, config2)
+    result = run_export(spark, ExportOptions(url, str(out), export_date=DAY2, findings=findings))
+    run_export(
+        spark,
+        ExportOptions(
+            url, str(with_values), export_date=DAY2, include_config_values=True, findings=False
+        ),
+    )
+
+    # By default no secret anywhere: not in the Parquet files, the schemas, the summary, the
+    # report or the watermarks, neither as written nor as the tables read back.
+    for secret in (secret1, secret2):
+        assert files_with(out, secret) == []
+    assert tables_with(spark, out, secret1, secret2) == []
+    if findings:
+        assert result.summary is not None and result.summary["connector_configs"] == "digests"
+        report = (out / "reports" / f"export_date={DAY2}" / "report.html").read_text()
+        assert "digests only" in report
+        searched = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+        assert {f"reports/export_date={DAY2}/{n}" for n in ("summary.json", "report.html")} <= (
+            searched
+        )
+
+    # The change shows: each day's catalogue has that day's digest (the coordinator's
+    # `config_digest` of the config), and no values.
+    day1, day2 = catalogue_row(spark, out, DAY1), catalogue_row(spark, out, DAY2)
+    assert (day1["config_digest"], day2["config_digest"]) == digests
+    assert digests[0] != digests[1]
+    assert day1["config"] is None and day2["config"] is None
+    task = T.read(spark, f"file://{out}", "catalogue", DAY2).filter("resource = 'A-0'").collect()
+    assert [(r["config_digest"], r["config"]) for r in task] == [(None, None)]
+    # ... and so do the events: one CONNECTOR_PUT a day, with the new config's digest.
+    puts = [
+        json.loads(r["payload"])
+        for r in T.read(spark, f"file://{out}", "events")
+        .filter("event_type = 'CONNECTOR_PUT'")
+        .orderBy("id")
+        .collect()
+    ]
+    assert [(p["config_digest"], p["config_changed"]) for p in puts] == [
+        (digests[0], True),
+        (digests[1], True),
+    ]
+
+    # With the values asked for: the day's secret is in the catalogue (and only there; the
+    # previous config is nowhere: the snapshot is of the current state, the events never
+    # carry values), beside the same digest.
+    assert files_with(with_values, secret2) and all(
+        f.startswith("catalogue/") for f in files_with(with_values, secret2)
+    )
+    assert files_with(with_values, secret1) == []
+    row = catalogue_row(spark, with_values, DAY2)
+    assert row["config"] == config2 and row["config_digest"] == digests[1]
+
+
+def test_the_command_line_asks_for_config_values_explicitly() -> None:
+    base = ["--output", "/tmp/x", "--database-url", "sqlite:////tmp/c.db"]
+    for local in (True, False):
+        parser = cli.build_parser(local=local)
+        assert not cli.options_from_args(parser.parse_args(base)).include_config_values
+        assert cli.options_from_args(
+            parser.parse_args([*base, "--include-config-values"])
+        ).include_config_values
+    help_text = " ".join(cli.build_parser().format_help().split())
+    assert "--include-config-values" in help_text
+    assert "as securely as the database" in help_text
