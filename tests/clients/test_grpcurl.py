@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from connect_protocol.configs import config_digest
 from tests.support.client import ScriptedWorker
 from tests.support.coordinator import CoordinatorProcess, Stubs
 
@@ -70,7 +71,12 @@ def test_grpcurl_calls_describe_groups(
     assert described["group_id"] == group
     assert described["group_type"] == "connect"
     assert described["catalogue"] == [
-        {"name": "orders-sink", "task_count": 2, "config": {"t": "o"}}
+        {
+            "name": "orders-sink",
+            "task_count": 2,
+            "config": {"t": "[hidden]"},  # config values are secrets (issue 16)
+            "config_digest": config_digest({"t": "o"}),
+        }
     ]
     assert described["group_configs"]["session.timeout.ms"] == "3000"
     assert [m["member_id"] for m in described["members"]] == ["w1"]

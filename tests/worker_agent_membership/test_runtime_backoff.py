@@ -78,13 +78,14 @@ def coordinator(database_url: str) -> Iterator[tuple[InProcessCoordinator, Count
     # operator restarting with a smaller --max-message-bytes would.
     with InProcessCoordinator(database_url) as setup:
         assert setup.stubs is not None
-        for i in range(6):
+        # Many connectors with long names: a Prepare answer carries names and task counts
+        # only (never configs), so that is what makes it large.
+        for i in range(80):
             resp = setup.stubs.admin.PutConnector(
                 admin_pb2.PutConnectorRequest(
                     group_id=GROUP,
-                    connector=f"connector-{i:02d}",
-                    task_count=10,
-                    config={"setting": "x" * 600},
+                    connector=f"connector-with-a-rather-long-name-{i:02d}",
+                    task_count=1,
                 ),
                 timeout=5,
             )
