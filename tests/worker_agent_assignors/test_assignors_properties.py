@@ -1,5 +1,6 @@
 """Property tests of both assignors (hypothesis): every output installs, nothing is assigned twice,
-every catalogue resource is assigned or declared held, balance within one, minimal movement,
+every catalogue resource is assigned or declared held, balance within one once no delay runs and
+nothing taken from anyone while one does (issue 13 has its own history tests), minimal movement,
 order-independence and idempotence; and a state machine of joins, departures, returns, catalogue
 changes and time across many rounds."""
 
@@ -121,9 +122,26 @@ def within_one(counts: Iterable[int]) -> bool:
     return not counts or max(counts) - min(counts) <= 1
 
 
+def sticky_starts(group: GroupView) -> dict[str, ResourceSet]:
+    """What each present member starts from: its previous target share, or what it owns if it
+    has none; within the catalogue, each resource once (target shares first, then by id)."""
+    catalogue, taken = group.all_resources(), EMPTY
+    present = {m.member_id: m for m in group.members}
+    in_target = sorted(m for m in present if m in group.target)
+    others = sorted(m for m in present if m not in group.target)
+    out: dict[str, ResourceSet] = {}
+    for member in in_target + others:
+        start = group.target[member] if member in group.target else present[member].owned
+        out[member] = (start & catalogue) - taken
+        taken = taken | out[member]
+    return out
+
+
 def assert_accounted_and_balanced(group: GroupView, result: AssignmentResult) -> None:
     """Installable; every catalogue resource assigned once or declared held; the delay declared
-    exactly when something is held; balance within one, per kind, over what is assigned."""
+    exactly when something is held; balance within one, per kind, over what is assigned, once
+    no delay runs; while one runs, every member keeps what it starts from (DESIGN 3.18: nothing
+    that runs is moved)."""
     assert_installable(group, result)
     assert set(result.members) == {m.member_id for m in group.members}
     state = decode_state(result.assignor_state)
@@ -138,8 +156,10 @@ def assert_accounted_and_balanced(group: GroupView, result: AssignmentResult) ->
     if held:
         assert state.deadline_ms == group.coordinator_time_ms + result.scheduled_rebalance_delay_ms
         assert result.scheduled_rebalance_delay_ms <= max_delay_of(group)
-    else:
-        assert state.deadline_ms is None
+        for member, start in sticky_starts(group).items():
+            assert start <= result.members[member], f"{member} lost work during a delay"
+        return
+    assert state.deadline_ms is None
     assert within_one(len(share.connectors) for share in result.members.values())
     assert within_one(len(share.tasks) for share in result.members.values())
 
@@ -314,9 +334,12 @@ class Rounds(RuleBasedStateMachine):
         self.sim.join(receiver, instance)
         self.round()
         assert self.result is not None and self.sim.last_view is not None
-        # It gets its own work back, all of it unless that is more than balance allows now
-        # (the catalogue may have changed during the delay).
+        # It gets its own work back: all of it while a delay still runs (DESIGN 3.18), else all
+        # of it unless that is more than balance allows now (the catalogue may have changed
+        # during the delay).
         catalogue, got = self.sim.last_view.all_resources(), self.result.members[receiver]
+        if self.result.scheduled_rebalance_delay_ms > 0:
+            assert share & catalogue <= got
         floor_connectors = len(catalogue.connectors) // len(self.sim.members)
         floor_tasks = len(catalogue.tasks) // len(self.sim.members)
         if len(share.connectors) <= floor_connectors:

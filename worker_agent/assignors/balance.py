@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from connect_protocol.resources import TaskId
 
-__all__ = ["TASK_ORDER", "balance", "balance_sorted", "quotas"]
+__all__ = ["TASK_ORDER", "balance", "balance_sorted", "place_sorted", "quotas"]
 
 R = TypeVar("R", str, TaskId)
 
@@ -121,6 +121,59 @@ def balance_sorted(
         else:
             out[member] = share
     return out
+
+
+def place_sorted(
+    ids: Sequence[str],
+    shares: Mapping[str, Collection[R]],
+    pool: list[R],
+    *,
+    key: Callable[[R], Any] | None = None,
+    presorted: bool = False,
+) -> dict[str, frozenset[R]]:
+    """Place `pool` without taking anything from anyone: each resource, in name order, to the
+    least loaded member (ties by member id), so the members' counts end as even as they can be
+    without revocations. Nobody gives up anything, whatever the imbalance.
+
+    What `balance_sorted` does while a delay runs (KIP-415: no load-balancing revocations during
+    a scheduled-rebalance delay). The same caller promises as `balance_sorted` with `distinct`
+    (`pool` holds each resource once and none that a share holds; `presorted`: in name order),
+    and the same pass-through of unchanged shares. When `balance_sorted` would give nothing up,
+    both return the same. Sorts the members' counts once (not only the resources handed out).
+    """
+    counts = {m: len(shares[m]) for m in ids}
+    quota = _fill_quotas(ids, counts, len(pool))
+    if not presorted:
+        pool.sort(key=key)
+    received = _hand_out(pool, ids, counts, quota)
+    out: dict[str, frozenset[R]] = {}
+    for member in ids:
+        share = shares[member]
+        got = received.get(member, [])
+        if got or not isinstance(share, frozenset):
+            out[member] = frozenset(share).union(got)
+        else:
+            out[member] = share
+    return out
+
+
+def _fill_quotas(ids: Sequence[str], counts: Mapping[str, int], size: int) -> dict[str, int]:
+    """Room for `size` more resources, the least loaded first: the level `size` fills the
+    lowest members up to, and one more for each member at or below it (`_hand_out` gives the
+    last, partial level in id order); members above the level get no room."""
+    if not ids or not size:
+        return dict(counts)
+    ordered = sorted(counts.values())
+    level, below, left = ordered[0], 0, size  # `below`: members at or below `level`
+    while True:
+        while below < len(ordered) and ordered[below] <= level:
+            below += 1
+        if below == len(ordered) or (ordered[below] - level) * below > left:
+            level += left // below
+            break
+        left -= (ordered[below] - level) * below
+        level = ordered[below]
+    return {m: level + 1 if counts[m] <= level else counts[m] for m in ids}
 
 
 def _surplus(

@@ -7,7 +7,12 @@ New resources are placed at once. Resources lost with a departed member are held
 unassigned, with a scheduled rebalance) for up to `scheduled.rebalance.max.delay.ms`, so that a
 worker that returns (same member id, or same instance id) gets exactly its own work back; a new
 worker ends the delay, and once it has passed the lost resources are spread over the workers
-present. Everything remembered between rounds is in the `assignor_state` blob (`state.py`).
+present. While a delay runs (this round leaves something held back, so no new worker came),
+nothing that runs is moved (DESIGN 3.18; Kafka Connect makes no load-balancing revocations
+then either): every member keeps its whole share, new resources go to the least loaded members,
+deleted ones leave holes, and a returning worker gets all of its own back; balance is restored
+when the delay ends or a newcomer ends it. Everything remembered between rounds is in the
+`assignor_state` blob (`state.py`).
 
 Cost: linear in members plus resources. Each resource is claimed at most once, into mutable
 per-kind sets (`_Claims`); a share that nothing changes is passed through as the very frozenset
@@ -35,7 +40,7 @@ from ..assignor import (
     GroupView,
     MemberView,
 )
-from .balance import TASK_ORDER, balance_sorted
+from .balance import TASK_ORDER, balance_sorted, place_sorted
 from .state import AssignorState, HeldShare, decode_state, encode_state
 
 __all__ = ["DEFAULT_MAX_DELAY_MS", "IncrementalCooperativeAssignor"]
@@ -88,7 +93,8 @@ class IncrementalCooperativeAssignor(ConnectAssignor):
         holding = {id(s) for s in held_from}
         released = [s for s in returning.not_given if id(s) not in holding]
 
-        targets = _balanced(shares, claims, released, members)
+        # While a delay runs (and so no newcomer came), nothing that runs is moved (3.18).
+        targets = _balanced(shares, claims, released, members, revoke=deadline is None)
         state = AssignorState(
             deadline_ms=deadline,
             held=held,
@@ -288,9 +294,12 @@ def _balanced(
     claims: _Claims,
     released: Iterable[HeldShare],
     members: Mapping[str, MemberView],
+    *,
+    revoke: bool,
 ) -> dict[str, ResourceSet]:
     """Balance connectors and, separately, tasks, over what nobody claimed plus what was
-    released; what stays held is out of it."""
+    released; what stays held is out of it. Without `revoke` (a delay runs), only place those
+    on the least loaded: every member keeps its whole share, however uneven."""
     ids = sorted(members)
     connectors_to_place, tasks_to_place = claims.unclaimed()
     presorted = True
@@ -298,6 +307,10 @@ def _balanced(
         connectors_to_place.extend(share.resources.connectors)
         tasks_to_place.extend(share.resources.tasks)
         presorted = False
+    if not revoke:
+        connectors = place_sorted(ids, shares.connectors, connectors_to_place, presorted=presorted)
+        tasks = place_sorted(ids, shares.tasks, tasks_to_place, key=TASK_ORDER, presorted=presorted)
+        return {m: ResourceSet(connectors[m], tasks[m]) for m in ids}
     connectors = balance_sorted(
         ids,
         shares.connectors,
