@@ -31,6 +31,7 @@ from .admin_client import (
 )
 from .core.model import GroupConfigDefaults
 from .core.principals import MappingRulesError, PrincipalSource, parse_mapping_rules
+from .core.validation import MAX_NAME_LENGTH, MAX_URL_LENGTH
 from .serve import migrate, serve
 
 DEFAULT_PORT = 9093
@@ -213,6 +214,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 #: The limits of `serve`: flag, environment variable, GroupConfigDefaults field, what it bounds.
 LIMIT_FLAGS = (
+    (
+        "--max-id-length",
+        "MAX_ID_LENGTH",
+        "max_id_length",
+        "characters of a group, member, instance or connector id (at most 249)",
+    ),
+    ("--max-url-length", "MAX_URL_LENGTH", "max_url_length", "characters of a member's url"),
     ("--max-groups", "MAX_GROUPS", "max_groups", "groups in the database (all coordinators')"),
     (
         "--max-connectors-per-group",
@@ -257,8 +265,9 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     limits = p.add_argument_group(
         "limits",
         "A request over one of these is refused with POLICY_VIOLATION (over a rate: "
-        "THROTTLING_QUOTA_EXCEEDED) and changes nothing. Ids and names are at most 249 "
-        "characters, urls 2048, install error messages 4096 (the database's columns).",
+        "THROTTLING_QUOTA_EXCEEDED; over a length: INVALID_REQUEST) and changes nothing. Ids "
+        "can be at most 249 characters and install error messages are at most 4096 (the "
+        "database's columns).",
     )
     defaults = GroupConfigDefaults()
     for flag, env, field_name, what in LIMIT_FLAGS:
@@ -285,6 +294,10 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 
 
 def _limits_problem(args: argparse.Namespace) -> str | None:
+    if not 1 <= args.max_id_length <= MAX_NAME_LENGTH:
+        return f"--max-id-length must be between 1 and {MAX_NAME_LENGTH} (the database's column)"
+    if not 1 <= args.max_url_length <= MAX_URL_LENGTH:
+        return f"--max-url-length must be between 1 and {MAX_URL_LENGTH}"
     for flag, _env_name, _field, _what in LIMIT_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value < 1:

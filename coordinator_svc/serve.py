@@ -49,6 +49,8 @@ def serve(args: argparse.Namespace) -> int:
         assignment_error_backoff_ms=args.assignment_error_backoff_ms,
         max_group_size=args.max_group_size,
         max_message_bytes=args.max_message_bytes,
+        max_id_length=args.max_id_length,
+        max_url_length=args.max_url_length,
         max_groups=args.max_groups,
         max_connectors_per_group=args.max_connectors_per_group,
         max_tasks_per_group=args.max_tasks_per_group,

@@ -53,6 +53,8 @@ class GroupConfigDefaults:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     #: Limits that keep one group (or one caller) from costing others (issue 12); each is a
     #: `serve` flag, and a request over one is refused with POLICY_VIOLATION.
+    max_id_length: int = 249  # at most the database's column width
+    max_url_length: int = 2_048
     max_groups: int = 100_000
     max_connectors_per_group: int = 10_000
     max_tasks_per_group: int = 200_000

@@ -231,3 +231,38 @@ def validate_request(req: Request) -> None:
             validate_delete_connector(req)
         case AlterConfigsRequest():
             validate_alter_configs(req)
+
+
+def validate_lengths(req: Request, max_id_length: int, max_url_length: int) -> None:
+    """The server's own, possibly lower, limits on the lengths of ids and names
+    (--max-id-length: group, member, instance and connector ids) and urls (--max-url-length),
+    over the fixed maxima `validate_request` holds every request to (the database's columns).
+    O(1): only top-level fields; names inside resource lists must name catalogue entries,
+    which were held to it when put."""
+    _require(
+        len(req.group_id) <= max_id_length,
+        f"GroupId must be at most {max_id_length} characters (--max-id-length).",
+    )
+    member_id = getattr(req, "member_id", None)
+    if member_id is not None:
+        _require(
+            len(member_id) <= max_id_length,
+            f"MemberId must be at most {max_id_length} characters (--max-id-length).",
+        )
+    connector = getattr(req, "connector", None)
+    if connector is not None:
+        _require(
+            len(connector) <= max_id_length,
+            f"Connector must be at most {max_id_length} characters (--max-id-length).",
+        )
+    if isinstance(req, HeartbeatRequest):
+        if req.instance_id is not None:
+            _require(
+                len(req.instance_id) <= max_id_length,
+                f"InstanceId must be at most {max_id_length} characters (--max-id-length).",
+            )
+        if req.url is not None:
+            _require(
+                len(req.url) <= max_url_length,
+                f"Url must be at most {max_url_length} characters (--max-url-length).",
+            )

@@ -46,6 +46,7 @@ from ..core.selection import NoSelection
 from ..core.validation import (
     Request,
     validate_group_id,
+    validate_lengths,
     validate_page_token,
     validate_request,
 )
@@ -164,6 +165,7 @@ class _Base:
         def call() -> R:
             req = decode(request)
             validate_request(req)
+            validate_lengths(req, self.defaults.max_id_length, self.defaults.max_url_length)
             group_id = req.group_id
             principal = self._principal(context)
             self._authorize(rpc, principal, operation, group_id)
@@ -223,6 +225,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         try:
             req = protocol_wire.heartbeat_request_from_wire(request)
             validate_request(req)
+            validate_lengths(req, self.defaults.max_id_length, self.defaults.max_url_length)
             if not self._allowed(principal, Operation.MEMBER, req.group_id):
                 return None  # denied: answered (and counted) on the full path
 

@@ -15,6 +15,10 @@ from connect_protocol.errors import ErrorCode
 from tests.support.coordinator import CoordinatorProcess, Stubs
 
 LIMITS = (
+    "--max-id-length",
+    "20",
+    "--max-url-length",
+    "30",
     "--max-groups",
     "3",
     "--max-connectors-per-group",
@@ -121,3 +125,23 @@ def test_assignor_metadata_limit_and_join_rate(limited: Stubs) -> None:
     assert len(throttled) >= 15, codes
     allowed = (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT, ErrorCode.THROTTLING_QUOTA_EXCEEDED)
     assert all(c in allowed for c in codes), codes
+
+
+def test_id_and_url_length_limits(limited: Stubs) -> None:
+    long_member = limited.coordinator.ConnectGroupHeartbeat(_join("m" * 21), timeout=10)
+    assert long_member.error_code == ErrorCode.INVALID_REQUEST
+    assert "--max-id-length" in long_member.error_message
+    long_group = _put(limited, "g" * 21, "A", 1)
+    assert long_group.error_code == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+    long_connector = _put(limited, "g", "c" * 21, 1)
+    assert long_connector.error_code == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+    with_url = _join("m" * 20)
+    with_url.url = "http://" + "u" * 24
+    assert limited.coordinator.ConnectGroupHeartbeat(with_url, timeout=10).error_code == (
+        ErrorCode.INVALID_REQUEST
+    )
+    with_url.url = "http://" + "u" * 23
+    assert limited.coordinator.ConnectGroupHeartbeat(with_url, timeout=10).error_code in (
+        ErrorCode.NONE,
+        ErrorCode.COMPUTE_ASSIGNMENT,
+    )
