@@ -193,9 +193,10 @@ def _decoding(
             undecodable.metrics.errors.labels(rpc, "RESOURCE_EXHAUSTED").inc()
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"SERVER: the answer would be {size} bytes, over the coordinator's maximum "
-                f"message size of {max_message_bytes} (--max-message-bytes); ask for less (fewer "
-                "groups per DescribeGroups), or raise the limit on the coordinator and clients.",
+                # gRPC's own wording, which clients recognise ("SERVER:": the server's limit).
+                f"SERVER: Sent message larger than max ({size} vs. {max_message_bytes}); ask "
+                "for less (fewer groups per DescribeGroups), or raise --max-message-bytes on "
+                "the coordinator and its clients.",
             )
         return answer
 
