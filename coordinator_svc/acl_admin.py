@@ -1,6 +1,7 @@
 """`coordinator-svc acl add|remove|list`: the ACL table, edited in the database directly (like
-`migrate`: whoever may write the coordinator's database administers its ACLs; there is no RPC
-for it, so no caller of the gRPC port can grant itself anything). Running coordinators pick a
+`migrate`: whoever may write the coordinator's database administers its ACLs, which is how the
+first entries get there), or with `--coordinator` through the AddAcl / RemoveAcl / ListAcls
+RPCs, as a principal with ALTER (DESCRIBE to list) on the cluster. Running coordinators pick a
 change up within --acl-refresh-ms."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import argparse
 import sys
 
 from connect_protocol.errors import InvalidRequest
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol.tls import add_client_tls_arguments
 
 from .core.acls import (
     CLUSTER_NAME,
@@ -36,12 +39,28 @@ def add_acl_parser(
         "DENY wins over ALLOW; with --authorization acl, nothing allowed is denied.",
     )
     acl_sub = acl.add_subparsers(dest="acl_command", required=True)
+
+    def connection(p: argparse.ArgumentParser) -> None:
+        where = p.add_mutually_exclusive_group()
+        where.add_argument(
+            "--database-url", default=database_url, help="SQLAlchemy URL (DATABASE_URL)"
+        )
+        where.add_argument(
+            "--coordinator",
+            help="host:port of a coordinator: go through its ACL RPCs (needs ALTER, or "
+            "DESCRIBE to list, on the cluster, and --authorization acl there) instead of the "
+            "database",
+        )
+        p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+        add_client_tls_arguments(p, "COORDINATOR_CLIENT_", "the command")
+        p.set_defaults(max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES)
+
     for name, text in (
         ("add", "add an entry"),
         ("remove", "remove an entry (the same arguments as it was added with)"),
     ):
         p = acl_sub.add_parser(name, help=text, description=text)
-        p.add_argument("--database-url", default=database_url, help="SQLAlchemy URL (DATABASE_URL)")
+        connection(p)
         p.add_argument(
             "--principal", required=True, help="User:<name> as the coordinator maps it, or User:*"
         )
@@ -54,7 +73,7 @@ def add_acl_parser(
         target.add_argument("--cluster", action="store_true", help="the cluster resource")
         p.add_argument("--deny", action="store_true", help="a DENY entry (default: ALLOW)")
     ls = acl_sub.add_parser("list", help="list the entries", description="List the entries.")
-    ls.add_argument("--database-url", default=database_url, help="SQLAlchemy URL (DATABASE_URL)")
+    connection(ls)
     ls.add_argument("--principal", help="only this principal's entries")
 
 
@@ -75,7 +94,58 @@ def _entry(args: argparse.Namespace) -> AclEntry:
     )
 
 
+def _over_grpc(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2, common_pb2
+
+    from .admin_client import _stubs
+
+    channel, admin = _stubs(args, args.coordinator)
+    with channel:
+        if args.acl_command == "list":
+            listed = admin.ListAcls(
+                admin_pb2.ListAclsRequest(principal=args.principal or ""), timeout=args.timeout
+            )
+            answer: object = listed
+            if listed.error_code == 0:
+                for e in listed.entries:
+                    print(
+                        f"{e.permission} {e.principal} {e.operation} on {e.resource_type} "
+                        f"{e.pattern_type} {e.pattern!r}"
+                    )
+                return 0
+        else:
+            entry = _entry(args)
+            wire = admin_pb2.AclEntry(
+                principal=entry.principal,
+                operation=entry.operation.value,
+                resource_type=entry.resource_type.value,
+                pattern_type=entry.pattern_type.value,
+                pattern=entry.pattern,
+                permission=entry.permission.value,
+            )
+            if args.acl_command == "add":
+                changed = admin.AddAcl(admin_pb2.AddAclRequest(entry=wire), timeout=args.timeout)
+            else:
+                changed = admin.RemoveAcl(
+                    admin_pb2.RemoveAclRequest(entry=wire), timeout=args.timeout
+                )
+            answer = changed
+            if changed.error_code == 0:
+                verb = {"add": ("added", "already there"), "remove": ("removed", "no such entry")}
+                print(f"{verb[args.acl_command][0 if changed.changed else 1]}: {entry.describe()}")
+                return 0 if changed.changed or args.acl_command == "add" else 1
+    code = common_pb2.ErrorCode.Name(answer.error_code)  # type: ignore[attr-defined]
+    print(f"error: {code}: {answer.error_message}", file=sys.stderr)  # type: ignore[attr-defined]
+    return 1
+
+
 def acl_cmd(args: argparse.Namespace) -> int:
+    if args.coordinator:
+        try:
+            return _over_grpc(args)
+        except InvalidRequest as error:
+            print(f"coordinator-svc acl {args.acl_command}: {error.message}", file=sys.stderr)
+            return 2
     from .store.acl_store import AclStore
     from .store.engine import Database
     from .store.migrate import normalize_url, pending_revision

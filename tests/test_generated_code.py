@@ -154,6 +154,9 @@ SERVICES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("ListGroups", "ListGroupsRequest", "ListGroupsResponse"),
             ("DescribeGroups", "DescribeGroupsRequest", "DescribeGroupsResponse"),
             ("FindCoordinator", "FindCoordinatorRequest", "FindCoordinatorResponse"),
+            ("ListAcls", "ListAclsRequest", "ListAclsResponse"),
+            ("AddAcl", "AddAclRequest", "AddAclResponse"),
+            ("RemoveAcl", "RemoveAclRequest", "RemoveAclResponse"),
         ],
     ),
 }
@@ -412,6 +415,32 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "string host = 3",
             "int32 port = 4",
             "string node_id = 5",
+        ],
+        "AclEntry": [
+            "string principal = 1",
+            "string operation = 2",
+            "string resource_type = 3",
+            "string pattern_type = 4",
+            "string pattern = 5",
+            "string permission = 6",
+        ],
+        "ListAclsRequest": ["string principal = 1"],
+        "ListAclsResponse": [
+            "ErrorCode error_code = 1",
+            "string error_message = 2",
+            "repeated AclEntry entries = 3",
+        ],
+        "AddAclRequest": ["AclEntry entry = 1"],
+        "AddAclResponse": [
+            "ErrorCode error_code = 1",
+            "string error_message = 2",
+            "bool changed = 3",
+        ],
+        "RemoveAclRequest": ["AclEntry entry = 1"],
+        "RemoveAclResponse": [
+            "ErrorCode error_code = 1",
+            "string error_message = 2",
+            "bool changed = 3",
         ],
     },
 }

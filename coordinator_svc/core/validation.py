@@ -32,6 +32,7 @@ MAX_NAME_LENGTH = 249
 MAX_TASKS_PER_CONNECTOR = 100_000
 MAX_URL_LENGTH = 2_048
 MAX_ERROR_MESSAGE_LENGTH = 4_096
+MAX_PRINCIPAL_LENGTH = 1_024
 
 
 def _require(condition: bool, rule: str) -> None:
@@ -65,6 +66,11 @@ def _check_resources(resources: ResourceSet, what: str) -> None:
 def validate_group_id(group_id: str) -> None:
     """For calls that only name a group (DescribeGroups, FindCoordinator)."""
     _check_name(group_id, "GroupId")
+
+
+def validate_text(value: str, what: str, max_length: int) -> None:
+    """Any other string that reaches the database (an ACL's principal or pattern)."""
+    _check_text(value, what, max_length)
 
 
 def validate_page_token(token: str) -> None:

@@ -99,6 +99,9 @@ class AsyncAdminServicer(_Pooled):
     ListGroups = _pooled("ListGroups")
     DescribeGroups = _pooled("DescribeGroups")
     FindCoordinator = _pooled("FindCoordinator")
+    ListAcls = _pooled("ListAcls")
+    AddAcl = _pooled("AddAcl")
+    RemoveAcl = _pooled("RemoveAcl")
 
 
 class UndecodableRequests:

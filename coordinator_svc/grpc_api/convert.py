@@ -3,13 +3,13 @@ Install, the admin calls, describe); what both sides exchange is in `connect_pro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 from connect_protocol.configs import HIDDEN_VALUE
-from connect_protocol.errors import ErrorCode
+from connect_protocol.errors import ErrorCode, InvalidRequest
 from connect_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -25,7 +25,9 @@ from connect_protocol.messages import (
 )
 from connect_protocol.wire import assignor_to, resources_from, resources_to, wire_code
 
+from ..core.acls import AclEntry, Operation, PatternType, Permission, ResourceType
 from ..core.model import GroupConfigDefaults, GroupState
+from ..core.validation import MAX_NAME_LENGTH, MAX_PRINCIPAL_LENGTH, validate_text
 from ..runtime.groups import ListedGroup
 
 
@@ -223,3 +225,38 @@ def error_answer(answer: Callable[..., A], code: ErrorCode, message: str, **fiel
     """The one way an error becomes an answer: any response message (or DescribedGroup) with
     its error code and message set, plus `fields` (a heartbeat echoes the member's epoch)."""
     return answer(error_code=wire_code(code), error_message=message, **fields)
+
+
+def acl_entry(msg: admin_pb2.AclEntry) -> AclEntry:
+    """The core's AclEntry from the wire; INVALID_REQUEST naming what is wrong."""
+    validate_text(msg.principal, "AclEntry.Principal", MAX_PRINCIPAL_LENGTH)
+    validate_text(msg.pattern, "AclEntry.Pattern", MAX_NAME_LENGTH)
+    try:
+        operation = Operation(msg.operation.upper())
+        resource_type = ResourceType(msg.resource_type.upper() or "GROUP")
+        pattern_type = PatternType(msg.pattern_type.upper() or "LITERAL")
+        permission = Permission(msg.permission.upper() or "ALLOW")
+    except ValueError as error:
+        raise InvalidRequest(f"AclEntry: {error}.") from error
+    return AclEntry(
+        principal=msg.principal,
+        operation=operation,
+        resource_type=resource_type,
+        pattern=msg.pattern,
+        pattern_type=pattern_type,
+        permission=permission,
+    )
+
+
+def listed_acls(entries: Iterable[AclEntry]) -> admin_pb2.ListAclsResponse:
+    out = admin_pb2.ListAclsResponse()
+    for e in entries:
+        out.entries.add(
+            principal=e.principal,
+            operation=e.operation.value,
+            resource_type=e.resource_type.value,
+            pattern_type=e.pattern_type.value,
+            pattern=e.pattern,
+            permission=e.permission.value,
+        )
+    return out

@@ -22,6 +22,7 @@ from connect_protocol.errors import (
     GroupAuthorizationFailed,
     InvalidRequest,
 )
+from connect_protocol.logs import fields
 from connect_protocol.messages import (
     JOIN_EPOCH,
     HeartbeatRequest,
@@ -44,11 +45,13 @@ from ..core.model import GroupState
 from ..core.results import Result
 from ..core.selection import NoSelection
 from ..core.validation import (
+    MAX_PRINCIPAL_LENGTH,
     Request,
     validate_group_id,
     validate_lengths,
     validate_page_token,
     validate_request,
+    validate_text,
 )
 from ..runtime.authorizer import Authorizer
 from ..runtime.groups import GroupManager, NotOwner
@@ -442,3 +445,67 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             call,
             functools.partial(convert.error_answer, admin_pb2.FindCoordinatorResponse),
         )
+
+    # --- ACL administration (cluster operations; authorization must be on) ---
+
+    def _acl_admin(self, rpc: str, context: Context, operation: Operation) -> None:
+        principal = self._principal(context)
+        if self.authorizer is None or not self.authorizer.enabled:
+            raise ClusterAuthorizationFailed(
+                "ACLs are administered over gRPC only with --authorization acl; use "
+                "`coordinator-svc acl --database-url ...` against the database."
+            )
+        if not self._allowed(principal, operation, CLUSTER_NAME, ResourceType.CLUSTER):
+            self._denied(rpc, principal, operation, CLUSTER_NAME)
+            raise ClusterAuthorizationFailed(
+                f"{principal} is not allowed {operation.value} on the cluster (needed for {rpc})."
+            )
+
+    def ListAcls(
+        self, request: admin_pb2.ListAclsRequest, context: Context
+    ) -> admin_pb2.ListAclsResponse:
+        def call() -> admin_pb2.ListAclsResponse:
+            self._acl_admin("ListAcls", context, Operation.DESCRIBE)
+            validate_text(request.principal, "Principal", MAX_PRINCIPAL_LENGTH)
+            _, entries = self.manager.store.acls.load()
+            return convert.listed_acls(
+                e for e in entries if not request.principal or e.principal == request.principal
+            )
+
+        return self._run(
+            "ListAcls", call, functools.partial(convert.error_answer, admin_pb2.ListAclsResponse)
+        )
+
+    def AddAcl(
+        self, request: admin_pb2.AddAclRequest, context: Context
+    ) -> admin_pb2.AddAclResponse:
+        return self._change_acl(  # type: ignore[no-any-return]
+            "AddAcl", request.entry, context, admin_pb2.AddAclResponse, add=True
+        )
+
+    def RemoveAcl(
+        self, request: admin_pb2.RemoveAclRequest, context: Context
+    ) -> admin_pb2.RemoveAclResponse:
+        return self._change_acl(  # type: ignore[no-any-return]
+            "RemoveAcl", request.entry, context, admin_pb2.RemoveAclResponse, add=False
+        )
+
+    def _change_acl(
+        self, rpc: str, wire: admin_pb2.AclEntry, context: Context, answer: Any, *, add: bool
+    ) -> Any:
+        def call() -> Any:
+            self._acl_admin(rpc, context, Operation.ALTER)
+            entry = convert.acl_entry(wire)
+            acls = self.manager.store.acls
+            changed = acls.add(entry) if add else acls.remove(entry) > 0
+            assert self.authorizer is not None
+            self.authorizer.refresh()  # this coordinator at once; the others within a refresh
+            log.info(
+                "ACL %s: %s",
+                "added" if add else "removed",
+                entry.describe(),
+                extra=fields(event="acl_changed", rpc=rpc, changed=changed),
+            )
+            return answer(changed=changed)
+
+        return self._run(rpc, call, functools.partial(convert.error_answer, answer))

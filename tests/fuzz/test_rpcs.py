@@ -35,6 +35,9 @@ ORDER = (
     "ListGroups",
     "DescribeGroups",
     "FindCoordinator",
+    "ListAcls",
+    "AddAcl",
+    "RemoveAcl",
 )
 
 #: Batches per test; a batch holds 1-12 requests (about 6 on average).
@@ -56,7 +59,7 @@ def fuzz_settings(examples: int) -> settings:
 
 def test_every_rpc_is_fuzzed() -> None:
     assert sorted(ORDER) == sorted(hostile.RPCS)
-    assert len(hostile.RPCS) == 9
+    assert len(hostile.RPCS) == 12
 
 
 @pytest.mark.parametrize(

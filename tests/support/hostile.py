@@ -558,6 +558,47 @@ def find_coordinator(src: Source, world: World) -> admin_pb2.FindCoordinatorRequ
     return admin_pb2.FindCoordinatorRequest(group_id=world.any_group(src))
 
 
+ACL_WORDS = (
+    "MEMBER",
+    "DESCRIBE",
+    "ALTER",
+    "DESCRIBE_CONFIGS",
+    "ALL",
+    "GROUP",
+    "CLUSTER",
+    "LITERAL",
+    "PREFIXED",
+    "ALLOW",
+    "DENY",
+    "User:*",
+    "User:alice",
+    "cluster",
+)
+
+
+def acl_entry(src: Source, world: World) -> admin_pb2.AclEntry:
+    return admin_pb2.AclEntry(
+        principal=text(src, ACL_WORDS, limit=1_100),
+        operation=text(src, ACL_WORDS),
+        resource_type=text(src, ACL_WORDS),
+        pattern_type=text(src, ACL_WORDS),
+        pattern=lazy(src, [(2, lambda: world.any_group(src)), (1, lambda: text(src))]),
+        permission=text(src, ACL_WORDS),
+    )
+
+
+def add_acl(src: Source, world: World) -> admin_pb2.AddAclRequest:
+    return admin_pb2.AddAclRequest(entry=acl_entry(src, world))
+
+
+def remove_acl(src: Source, world: World) -> admin_pb2.RemoveAclRequest:
+    return admin_pb2.RemoveAclRequest(entry=acl_entry(src, world))
+
+
+def list_acls(src: Source, world: World) -> admin_pb2.ListAclsRequest:
+    return admin_pb2.ListAclsRequest(principal=text(src, ACL_WORDS, limit=1_100))
+
+
 # --- the RPCs -------------------------------------------------------------------------------------
 
 COORDINATOR_SERVICE = "connect.group.v1.ConnectGroupCoordinator"
@@ -650,6 +691,21 @@ RPCS: dict[str, Rpc] = {
             admin_pb2.FindCoordinatorRequest,
             admin_pb2.FindCoordinatorResponse,
             find_coordinator,
+        ),
+        Rpc(
+            "ListAcls",
+            ADMIN_SERVICE,
+            admin_pb2.ListAclsRequest,
+            admin_pb2.ListAclsResponse,
+            list_acls,
+        ),
+        Rpc("AddAcl", ADMIN_SERVICE, admin_pb2.AddAclRequest, admin_pb2.AddAclResponse, add_acl),
+        Rpc(
+            "RemoveAcl",
+            ADMIN_SERVICE,
+            admin_pb2.RemoveAclRequest,
+            admin_pb2.RemoveAclResponse,
+            remove_acl,
         ),
     )
 }

@@ -65,6 +65,21 @@ class ConnectGroupAdminStub:
                 request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.FindCoordinatorRequest.SerializeToString,
                 response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.FindCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/ListAcls',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
+        self.AddAcl = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/AddAcl',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.AddAclRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.AddAclResponse.FromString,
+                _registered_method=True)
+        self.RemoveAcl = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/RemoveAcl',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupAdminServicer:
@@ -123,6 +138,33 @@ class ConnectGroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAcls(self, request, context):
+        """Lists the access control entries (optionally one principal's). Needs
+        DESCRIBE on the cluster, and authorization on (--authorization acl);
+        otherwise CLUSTER_AUTHORIZATION_FAILED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddAcl(self, request, context):
+        """Adds an access control entry (changed=false: it was there). Needs ALTER
+        on the cluster, and authorization on; otherwise
+        CLUSTER_AUTHORIZATION_FAILED. A malformed entry is INVALID_REQUEST.
+        Every coordinator applies it within its --acl-refresh-ms.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveAcl(self, request, context):
+        """Removes an access control entry (changed=false: there was none). As
+        AddAcl.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -155,6 +197,21 @@ def add_ConnectGroupAdminServicer_to_server(servicer, server):
                     servicer.FindCoordinator,
                     request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.FindCoordinatorRequest.FromString,
                     response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.ListAclsRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.ListAclsResponse.SerializeToString,
+            ),
+            'AddAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddAcl,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.AddAclRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.AddAclResponse.SerializeToString,
+            ),
+            'RemoveAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveAcl,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -320,6 +377,87 @@ class ConnectGroupAdmin:
             '/connect.group.v1.ConnectGroupAdmin/FindCoordinator',
             connect_dot_group_dot_v1_dot_admin__pb2.FindCoordinatorRequest.SerializeToString,
             connect_dot_group_dot_v1_dot_admin__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/ListAcls',
+            connect_dot_group_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/AddAcl',
+            connect_dot_group_dot_v1_dot_admin__pb2.AddAclRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.AddAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/RemoveAcl',
+            connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclResponse.FromString,
             options,
             channel_credentials,
             insecure,
