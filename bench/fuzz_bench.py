@@ -57,7 +57,11 @@ ORDER = (
     "ListGroups",
     "DescribeGroups",
     "FindCoordinator",
+    "ListAcls",
+    "AddAcl",
+    "RemoveAcl",
 )
+assert set(ORDER) == set(hostile.RPCS), "every RPC the fuzz tests know is fuzzed here too"
 #: The logger and message of a JSON log line.
 LOGGER_MSG = re.compile(r'"logger":"([^"]*)","msg":"((?:[^"\\]|\\.)*)"')
 #: How many examples of each problem the report keeps.
