@@ -64,12 +64,21 @@ def file_stamp(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def read_pem_file(path: str, what: str) -> bytes:
+def read_pem_file(path: str, what: str, key: bool = False) -> bytes:
+    """The PEM file `path` (the `what` of a message), checked to hold a private key (`key`) or
+    a certificate; TlsConfigError if it is unreadable or holds neither."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            data = f.read()
     except OSError as error:
         raise TlsConfigError(f"cannot read the {what} {path!r}: {error.strerror}") from error
+    marker, kind = (b"PRIVATE KEY-----", "private key") if key else (_CERT, "certificate")
+    if marker not in data:
+        raise TlsConfigError(f"{path!r} holds no PEM {kind}")
+    return data
+
+
+_CERT = b"-----BEGIN CERTIFICATE-----"
 
 
 class TlsConfigError(ValueError):
@@ -104,12 +113,7 @@ class ClientTls:
         `grpc.ssl_channel_credentials`; TlsConfigError if one is unreadable or not PEM."""
         ca = read_pem_file(self.ca_file, "CA bundle") if self.ca_file else None
         cert = read_pem_file(self.cert_file, "client certificate") if self.cert_file else None
-        key = read_pem_file(self.key_file, "client key") if self.key_file else None
-        for data, path in ((ca, self.ca_file), (cert, self.cert_file)):
-            if data is not None and b"-----BEGIN CERTIFICATE-----" not in data:
-                raise TlsConfigError(f"{path!r} holds no PEM certificate")
-        if key is not None and b"PRIVATE KEY-----" not in key:
-            raise TlsConfigError(f"{self.key_file!r} holds no PEM private key")
+        key = read_pem_file(self.key_file, "client key", key=True) if self.key_file else None
         return ca, key, cert
 
     def channel_options(self) -> list[tuple[str, str]]:

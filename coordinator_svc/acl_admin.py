@@ -22,8 +22,6 @@ from .core.acls import (
     ResourceType,
 )
 
-DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
-
 
 def add_acl_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], database_url: str

@@ -32,11 +32,11 @@ class CallIdentity:
         self.mapper = mapper
 
     def principal(self, context: Any) -> str | None:
+        if self.mapper is None:
+            return ANONYMOUS  # every call's, so a PoolContext's too
         known = getattr(context, "principal", None)
         if isinstance(known, str):
             return known  # a PoolContext: worked out on the event loop
-        if self.mapper is None:
-            return ANONYMOUS
         return self.mapper.principal(certificate_identity(context.auth_context()))
 
 

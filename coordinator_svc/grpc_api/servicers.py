@@ -130,6 +130,17 @@ class _Base:
                 f"{principal} is not allowed {operation.value} on group {group_id!r}."
             )
 
+    def _authorize_cluster(
+        self, rpc: str, principal: str, operation: Operation, needed: str
+    ) -> None:
+        """CLUSTER_AUTHORIZATION_FAILED (counted) unless `principal` may do `operation` on the
+        cluster; `needed` says what for."""
+        if not self._allowed(principal, operation, CLUSTER_NAME, ResourceType.CLUSTER):
+            self._denied(rpc, principal, operation, CLUSTER_NAME)
+            raise ClusterAuthorizationFailed(
+                f"{principal} is not allowed {operation.value} on the cluster (needed {needed})."
+            )
+
     def _denied(self, rpc: str, principal: str, operation: Operation, resource: str) -> None:
         if self.authorizer is not None:
             self.authorizer.denied(rpc, principal, operation, resource)
@@ -342,12 +353,9 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
         self, request: admin_pb2.ListGroupsRequest, context: Context
     ) -> admin_pb2.ListGroupsResponse:
         def call() -> admin_pb2.ListGroupsResponse:
-            principal = self._principal(context)
-            if not self._allowed(principal, Operation.DESCRIBE, CLUSTER_NAME, ResourceType.CLUSTER):
-                self._denied("ListGroups", principal, Operation.DESCRIBE, CLUSTER_NAME)
-                raise ClusterAuthorizationFailed(
-                    f"{principal} is not allowed DESCRIBE on the cluster (needed to list groups)."
-                )
+            self._authorize_cluster(
+                "ListGroups", self._principal(context), Operation.DESCRIBE, "to list groups"
+            )
             if request.page_size < 0:
                 raise InvalidRequest(f"page_size must be >= 0, not {request.page_size}.")
             validate_page_token(request.page_token)
@@ -455,11 +463,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                 "ACLs are administered over gRPC only with --authorization acl; use "
                 "`coordinator-svc acl --database-url ...` against the database."
             )
-        if not self._allowed(principal, operation, CLUSTER_NAME, ResourceType.CLUSTER):
-            self._denied(rpc, principal, operation, CLUSTER_NAME)
-            raise ClusterAuthorizationFailed(
-                f"{principal} is not allowed {operation.value} on the cluster (needed for {rpc})."
-            )
+        self._authorize_cluster(rpc, principal, operation, f"for {rpc}")
 
     def ListAcls(
         self, request: admin_pb2.ListAclsRequest, context: Context

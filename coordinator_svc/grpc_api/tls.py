@@ -40,14 +40,8 @@ class ServerTls:
         """The configuration from the files as they are now; TlsConfigError if one is
         unreadable or not PEM."""
         cert = read_pem_file(self.cert_file, "server certificate")
-        key = read_pem_file(self.key_file, "server key")
+        key = read_pem_file(self.key_file, "server key", key=True)
         ca = read_pem_file(self.client_ca_file, "client CA bundle") if self.client_ca_file else None
-        if b"-----BEGIN CERTIFICATE-----" not in cert:
-            raise TlsConfigError(f"{self.cert_file!r} holds no PEM certificate")
-        if b"PRIVATE KEY-----" not in key:
-            raise TlsConfigError(f"{self.key_file!r} holds no PEM private key")
-        if ca is not None and b"-----BEGIN CERTIFICATE-----" not in ca:
-            raise TlsConfigError(f"{self.client_ca_file!r} holds no PEM certificate")
         return grpc.ssl_server_certificate_configuration([(key, cert)], ca)
 
 
