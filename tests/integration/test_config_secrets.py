@@ -105,7 +105,7 @@ def test_a_secret_stays_out_of_prepare_describe_logs_and_events(
         ).start()
         try:
             deadline = time.monotonic() + 30
-            while _running(agent) != {"A", "A-0", "A-1"}:
+            while _running(agent) != {"A", "A-0", "A-1"} or not agent.current.log_lines("DEBUG"):
                 assert time.monotonic() < deadline, "\n".join(agent.current.log_lines()[-20:])
                 time.sleep(0.2)
         finally:
