@@ -12,26 +12,39 @@ SESSION_TIMEOUT_MS = "session.timeout.ms"
 HEARTBEAT_INTERVAL_MS = "heartbeat.interval.ms"
 REBALANCE_TIMEOUT_MS = "rebalance.timeout.ms"
 SCHEDULED_REBALANCE_MAX_DELAY_MS = "scheduled.rebalance.max.delay.ms"
+#: Paced rebalancing (seed 002 Design III, DESIGN 3.18): at most this many resources in motion
+#: for balancing at once (0: no limit, everything balance needs moves in one target) ...
+REBALANCE_WAVE_MAX_RESOURCES = "rebalance.wave.max.resources"
+#: ... and the pause between waves, from the delivery of the previous wave's last resource.
+REBALANCE_WAVE_PAUSE_MS = "rebalance.wave.pause.ms"
 
 CONFIG_KEYS = (
     SESSION_TIMEOUT_MS,
     HEARTBEAT_INTERVAL_MS,
     REBALANCE_TIMEOUT_MS,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
+    REBALANCE_WAVE_MAX_RESOURCES,
+    REBALANCE_WAVE_PAUSE_MS,
 )
 
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
 DEFAULT_REBALANCE_TIMEOUT_MS = 60_000
 DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS = 300_000
+DEFAULT_REBALANCE_WAVE_MAX_RESOURCES = 0
+DEFAULT_REBALANCE_WAVE_PAUSE_MS = 0
 
-#: Every value is milliseconds in an int32; only the delay may be 0 (no delay).
+#: Every value is an int32 (milliseconds, or a count); only the delay and the wave settings may
+#: be 0 (no delay, no limit, no pause).
 MAX_CONFIG_VALUE = 2**31 - 1
+_MAY_BE_ZERO = frozenset(
+    (SCHEDULED_REBALANCE_MAX_DELAY_MS, REBALANCE_WAVE_MAX_RESOURCES, REBALANCE_WAVE_PAUSE_MS)
+)
 
 
 def minimum_value(key: str) -> int:
     """The smallest value `key` may take."""
-    return 0 if key == SCHEDULED_REBALANCE_MAX_DELAY_MS else 1
+    return 0 if key in _MAY_BE_ZERO else 1
 
 
 def config_int(configs: Mapping[str, str], key: str, default: int) -> int:

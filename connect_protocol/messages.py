@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .errors import ErrorCode
 from .resources import ResourceSet
+from .tokens import NO_TOKENS, FencingTokens
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
@@ -54,6 +55,8 @@ class AssignmentMessage:
     version: int = 0
     metadata: bytes = b""
     error: int = 0
+    #: The fencing token of each of `resources` (DESIGN 3.18).
+    tokens: FencingTokens = NO_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class PreparedMemberInfo:
     url: str
     assignor: Assignor
     owned: ResourceSet
+    last_grant_at_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,8 @@ class InstallRequest:
     members: tuple[MemberTarget, ...] = ()
     assignor_state: bytes = b""
     scheduled_rebalance_delay_ms: int = 0
+    lost_work_delay_ms: int = 0
+    next_wave_delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,15 @@ the agent's `wire` build on it for the messages only one side reads."""
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Iterable
+from typing import Any, cast
 
 from connect.group.v1 import common_pb2, coordinator_pb2
 
 from .errors import ErrorCode
 from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatResponse
 from .resources import ResourceSet, TaskId
+from .tokens import FencingTokens, Resource
 
 
 def wire_code(code: int) -> common_pb2.ErrorCode:
@@ -102,7 +104,25 @@ def heartbeat_response_to_wire(
         resources_to(a.resources, out.assignment.connectors_and_tasks)
         out.assignment.SetInParent()
         out.assignment.connectors_and_tasks.SetInParent()
+        if a.tokens:
+            tokens_to(a.tokens, out.assignment.fencing_tokens)
     return out
+
+
+def tokens_to(tokens: FencingTokens, out: Any) -> None:
+    """Append `tokens` to a repeated FencingToken field."""
+    for connector, token in tokens.connectors():
+        out.add(connector=connector, token=token)
+    for task, token in tokens.tasks():
+        out.add(connector=task.connector, task=task.task, token=token)
+
+
+def tokens_from(entries: Iterable[common_pb2.FencingToken]) -> FencingTokens:
+    """A repeated FencingToken field as a value (a later entry for a resource wins)."""
+    out: dict[Resource, int] = {}
+    for e in entries:
+        out[TaskId(e.connector, e.task) if e.HasField("task") else e.connector] = e.token
+    return FencingTokens(out)
 
 
 def heartbeat_request_to_wire(
@@ -143,7 +163,11 @@ def heartbeat_response_from_wire(
     if msg.HasField("assignment"):
         a = msg.assignment
         assignment = AssignmentMessage(
-            resources_from(a.connectors_and_tasks), a.version, bytes(a.metadata), a.error
+            resources_from(a.connectors_and_tasks),
+            a.version,
+            bytes(a.metadata),
+            a.error,
+            tokens_from(a.fencing_tokens),
         )
     return HeartbeatResponse(
         error_code=error_code(msg.error_code),

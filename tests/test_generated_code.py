@@ -232,6 +232,11 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "repeated string connectors = 1",
             "repeated ConnectorTaskId tasks = 2",
         ],
+        "FencingToken": [
+            "string connector = 1",
+            "optional int32 task = 2",
+            "int64 token = 3",
+        ],
         "Assignor": [
             "string name = 1",
             "int32 minimum_version = 2",
@@ -271,6 +276,7 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "ConnectorsAndTasks connectors_and_tasks = 2",
             "int32 version = 3",
             "bytes metadata = 4",
+            "repeated FencingToken fencing_tokens = 5",
         ],
         "ConnectGroupHeartbeatResponse": [
             "int32 throttle_time_ms = 1",
@@ -293,6 +299,7 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "string url = 4",
             "Assignor assignor = 5",
             "ConnectorsAndTasks connectors_and_tasks = 6",
+            "int64 last_grant_at_ms = 7",
         ],
         "ConnectGroupPrepareAssignmentResponse": [
             "int32 throttle_time_ms = 1",
@@ -320,6 +327,8 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "repeated MemberAssignment members = 7",
             "bytes assignor_state = 8",
             "int64 scheduled_rebalance_delay_ms = 9",
+            "int64 lost_work_delay_ms = 10",
+            "int64 next_wave_delay_ms = 11",
         ],
         "ConnectGroupInstallAssignmentResponse": [
             "int32 throttle_time_ms = 1",
@@ -395,6 +404,8 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "string last_assignment_error_message = 16",
             "int64 coordinator_time_ms = 17",
             "bytes assignor_state = 18",
+            "optional int64 lost_work_rebalance_at_ms = 19",
+            "optional int64 next_wave_at_ms = 20",
         ],
         "DescribedMember": [
             "string member_id = 1",
@@ -407,6 +418,7 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "ConnectorsAndTasks target_assignment = 8",
             "repeated Assignor assignors = 9",
             "int32 rebalance_timeout_ms = 10",
+            "repeated FencingToken fencing_tokens = 11",
         ],
         "FindCoordinatorRequest": ["string group_id = 1"],
         "FindCoordinatorResponse": [

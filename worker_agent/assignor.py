@@ -45,7 +45,9 @@ class MemberView:
     """One member as the assignor sees it (seed: `ConnectAssignor.GroupMember`).
 
     `owned` is what the member runs now plus whatever it was told to revoke and has not yet
-    acknowledged: the coordinator's current assignment of it, not the target."""
+    acknowledged: the coordinator's current assignment of it, not the target.
+    `last_grant_at_ms`: when (coordinator time) it was last given a resource it did not hold
+    (0: never); a paced plan measures the pause between waves from it."""
 
     member_id: str
     instance_id: str | None = None
@@ -55,6 +57,7 @@ class MemberView:
     version: int = 0
     metadata: bytes = b""
     owned: ResourceSet = EMPTY
+    last_grant_at_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,10 @@ class AssignmentResult:
     scheduled_rebalance_delay_ms: int = 0
     error: int = 0
     error_message: str = ""
+    #: What the delay stands for (DESIGN 3.18), shown by `describe`: held-back lost work and
+    #: the next wave of a paced plan (0: none); the delay is the smaller of those set.
+    lost_work_delay_ms: int = 0
+    next_wave_delay_ms: int = 0
 
 
 class ConnectAssignor(abc.ABC):

@@ -40,6 +40,7 @@ def group_view(msg: coordinator_pb2.ConnectGroupPrepareAssignmentResponse) -> Gr
                 version=m.assignor.version,
                 metadata=bytes(m.assignor.metadata),
                 owned=resources_from(m.connectors_and_tasks),
+                last_grant_at_ms=m.last_grant_at_ms,
             )
             for m in msg.members
         ),
@@ -72,6 +73,8 @@ def install_request(
         error_message=result.error_message,
         assignor_state=result.assignor_state,
         scheduled_rebalance_delay_ms=result.scheduled_rebalance_delay_ms,
+        lost_work_delay_ms=result.lost_work_delay_ms,
+        next_wave_delay_ms=result.next_wave_delay_ms,
     )
     for target_member, resources in sorted(result.members.items()):
         entry = out.members.add(member_id=target_member, version=version)

@@ -153,7 +153,11 @@ def breaking(buf: Path, root: Path) -> subprocess.CompletedProcess[str]:
     ("relative", "old", "new", "rules"),
     [
         pytest.param(
-            COMMON, "int32 task = 2;", "int32 task = 3;", {"FIELD_NO_DELETE"}, id="renumber-field"
+            COMMON,
+            "  int32 task = 2;\n}",
+            "  int32 task = 3;\n}",
+            {"FIELD_NO_DELETE"},
+            id="renumber-field",
         ),
         pytest.param(
             COORDINATOR, "optional string url = 9;", "", {"FIELD_NO_DELETE"}, id="delete-field"

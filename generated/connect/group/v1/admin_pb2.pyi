@@ -205,7 +205,7 @@ class DescribeGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[DescribedGroup, _Mapping]]] = ...) -> None: ...
 
 class DescribedGroup(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_id", "group_type", "state", "group_epoch", "assignment_epoch", "assignor_name", "assignor_member_id", "assignor_unavailable_reason", "scheduled_rebalance_at_ms", "catalogue", "group_configs", "members", "last_assignment_error", "last_assignment_error_message", "coordinator_time_ms", "assignor_state")
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "state", "group_epoch", "assignment_epoch", "assignor_name", "assignor_member_id", "assignor_unavailable_reason", "scheduled_rebalance_at_ms", "catalogue", "group_configs", "members", "last_assignment_error", "last_assignment_error_message", "coordinator_time_ms", "assignor_state", "lost_work_rebalance_at_ms", "next_wave_at_ms")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,8 @@ class DescribedGroup(_message.Message):
     LAST_ASSIGNMENT_ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNOR_STATE_FIELD_NUMBER: _ClassVar[int]
+    LOST_WORK_REBALANCE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_WAVE_AT_MS_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_id: str
@@ -249,10 +251,12 @@ class DescribedGroup(_message.Message):
     last_assignment_error_message: str
     coordinator_time_ms: int
     assignor_state: bytes
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ...) -> None: ...
+    lost_work_rebalance_at_ms: int
+    next_wave_at_ms: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ..., lost_work_rebalance_at_ms: _Optional[int] = ..., next_wave_at_ms: _Optional[int] = ...) -> None: ...
 
 class DescribedMember(_message.Message):
-    __slots__ = ("member_id", "instance_id", "url", "member_epoch", "state", "current_assignment", "pending_revocation", "target_assignment", "assignors", "rebalance_timeout_ms")
+    __slots__ = ("member_id", "instance_id", "url", "member_epoch", "state", "current_assignment", "pending_revocation", "target_assignment", "assignors", "rebalance_timeout_ms", "fencing_tokens")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +267,7 @@ class DescribedMember(_message.Message):
     TARGET_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     ASSIGNORS_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     instance_id: str
     url: str
@@ -273,7 +278,8 @@ class DescribedMember(_message.Message):
     target_assignment: _common_pb2.ConnectorsAndTasks
     assignors: _containers.RepeatedCompositeFieldContainer[_common_pb2.Assignor]
     rebalance_timeout_ms: int
-    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., member_epoch: _Optional[int] = ..., state: _Optional[str] = ..., current_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending_revocation: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., assignors: _Optional[_Iterable[_Union[_common_pb2.Assignor, _Mapping]]] = ..., rebalance_timeout_ms: _Optional[int] = ...) -> None: ...
+    fencing_tokens: _containers.RepeatedCompositeFieldContainer[_common_pb2.FencingToken]
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., member_epoch: _Optional[int] = ..., state: _Optional[str] = ..., current_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending_revocation: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., assignors: _Optional[_Iterable[_Union[_common_pb2.Assignor, _Mapping]]] = ..., rebalance_timeout_ms: _Optional[int] = ..., fencing_tokens: _Optional[_Iterable[_Union[_common_pb2.FencingToken, _Mapping]]] = ...) -> None: ...
 
 class FindCoordinatorRequest(_message.Message):
     __slots__ = ("group_id",)

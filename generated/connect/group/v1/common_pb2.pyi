@@ -58,6 +58,16 @@ class ConnectorTaskId(_message.Message):
     task: int
     def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ...) -> None: ...
 
+class FencingToken(_message.Message):
+    __slots__ = ("connector", "task", "token")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    token: int
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., token: _Optional[int] = ...) -> None: ...
+
 class ConnectorsAndTasks(_message.Message):
     __slots__ = ("connectors", "tasks")
     CONNECTORS_FIELD_NUMBER: _ClassVar[int]

@@ -30,16 +30,18 @@ class ConnectGroupHeartbeatRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., server_assignor: _Optional[str] = ..., client_assignors: _Optional[_Union[_common_pb2.AssignorList, _Mapping]] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., url: _Optional[str] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("error", "connectors_and_tasks", "version", "metadata")
+    __slots__ = ("error", "connectors_and_tasks", "version", "metadata", "fencing_tokens")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONNECTORS_AND_TASKS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     error: int
     connectors_and_tasks: _common_pb2.ConnectorsAndTasks
     version: int
     metadata: bytes
-    def __init__(self, error: _Optional[int] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., version: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+    fencing_tokens: _containers.RepeatedCompositeFieldContainer[_common_pb2.FencingToken]
+    def __init__(self, error: _Optional[int] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., version: _Optional[int] = ..., metadata: _Optional[bytes] = ..., fencing_tokens: _Optional[_Iterable[_Union[_common_pb2.FencingToken, _Mapping]]] = ...) -> None: ...
 
 class ConnectGroupHeartbeatResponse(_message.Message):
     __slots__ = ("throttle_time_ms", "error_code", "error_message", "member_epoch", "heartbeat_interval_ms", "assignment", "session_timeout_ms")
@@ -70,20 +72,22 @@ class ConnectGroupPrepareAssignmentRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ...) -> None: ...
 
 class PreparedMember(_message.Message):
-    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "connectors_and_tasks")
+    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "connectors_and_tasks", "last_grant_at_ms")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
     CONNECTORS_AND_TASKS_FIELD_NUMBER: _ClassVar[int]
+    LAST_GRANT_AT_MS_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     member_epoch: int
     instance_id: str
     url: str
     assignor: _common_pb2.Assignor
     connectors_and_tasks: _common_pb2.ConnectorsAndTasks
-    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[_common_pb2.Assignor, _Mapping]] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ...) -> None: ...
+    last_grant_at_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[_common_pb2.Assignor, _Mapping]] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., last_grant_at_ms: _Optional[int] = ...) -> None: ...
 
 class ConnectGroupPrepareAssignmentResponse(_message.Message):
     __slots__ = ("throttle_time_ms", "error_code", "error_message", "group_epoch", "assignor_name", "assignor_version", "members", "catalogue", "assignment_epoch", "target_assignment", "assignor_state", "group_configs", "coordinator_time_ms", "scheduled_rebalance_at_ms")
@@ -125,7 +129,7 @@ class ConnectGroupPrepareAssignmentResponse(_message.Message):
     def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_version: _Optional[int] = ..., members: _Optional[_Iterable[_Union[PreparedMember, _Mapping]]] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., assignment_epoch: _Optional[int] = ..., target_assignment: _Optional[_Iterable[_Union[_common_pb2.MemberAssignment, _Mapping]]] = ..., assignor_state: _Optional[bytes] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., coordinator_time_ms: _Optional[int] = ..., scheduled_rebalance_at_ms: _Optional[int] = ...) -> None: ...
 
 class ConnectGroupInstallAssignmentRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "member_epoch", "group_epoch", "error", "error_message", "members", "assignor_state", "scheduled_rebalance_delay_ms")
+    __slots__ = ("group_id", "member_id", "member_epoch", "group_epoch", "error", "error_message", "members", "assignor_state", "scheduled_rebalance_delay_ms", "lost_work_delay_ms", "next_wave_delay_ms")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +139,8 @@ class ConnectGroupInstallAssignmentRequest(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNOR_STATE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_REBALANCE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    LOST_WORK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_WAVE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     member_epoch: int
@@ -144,7 +150,9 @@ class ConnectGroupInstallAssignmentRequest(_message.Message):
     members: _containers.RepeatedCompositeFieldContainer[_common_pb2.MemberAssignment]
     assignor_state: bytes
     scheduled_rebalance_delay_ms: int
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., error: _Optional[int] = ..., error_message: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.MemberAssignment, _Mapping]]] = ..., assignor_state: _Optional[bytes] = ..., scheduled_rebalance_delay_ms: _Optional[int] = ...) -> None: ...
+    lost_work_delay_ms: int
+    next_wave_delay_ms: int
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., error: _Optional[int] = ..., error_message: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.MemberAssignment, _Mapping]]] = ..., assignor_state: _Optional[bytes] = ..., scheduled_rebalance_delay_ms: _Optional[int] = ..., lost_work_delay_ms: _Optional[int] = ..., next_wave_delay_ms: _Optional[int] = ...) -> None: ...
 
 class ConnectGroupInstallAssignmentResponse(_message.Message):
     __slots__ = ("throttle_time_ms", "error_code", "error_message")
