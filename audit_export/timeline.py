@@ -79,6 +79,7 @@ def _member_rows(e: DataFrame) -> DataFrame:
         .when((t == ev.MEMBER_JOINED) | _removed(), _empty())
         .alias("set_assigned"),
         F.when(t == ev.REVOCATION_REQUESTED, F.col("p_revoke"))
+        .when(t == ev.REVOCATION_PARTIALLY_ACKNOWLEDGED, F.col("p_pending"))
         .when(
             t.isin(
                 ev.REVOCATION_ACKNOWLEDGED,

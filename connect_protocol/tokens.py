@@ -4,7 +4,7 @@ the wire conversions and the agent (which hands them to the worker)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -63,11 +63,13 @@ class FencingTokens(Mapping[Resource, int]):
         out.update(dict.fromkeys(resources.tasks, token))
         return FencingTokens(out)
 
-    def connectors(self) -> Iterable[tuple[str, int]]:
-        return ((r, t) for r, t in self._tokens.items() if isinstance(r, str))
+    def connectors(self) -> list[tuple[str, int]]:
+        """(connector, token), sorted by connector."""
+        return sorted((r, t) for r, t in self._tokens.items() if isinstance(r, str))
 
-    def tasks(self) -> Iterable[tuple[TaskId, int]]:
-        return ((r, t) for r, t in self._tokens.items() if isinstance(r, TaskId))
+    def tasks(self) -> list[tuple[TaskId, int]]:
+        """(task, token), sorted by task."""
+        return sorted((r, t) for r, t in self._tokens.items() if isinstance(r, TaskId))
 
     def to_json(self) -> dict[str, Any]:
         """{"connectors": {name: token}, "tasks": [{"connector", "task", "token"}]}, sorted: the

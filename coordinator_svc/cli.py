@@ -86,8 +86,13 @@ def _defaults_problem(args: argparse.Namespace) -> str | None:
     ):
         if not 0 < getattr(args, flag) <= MAX_CONFIG_VALUE:
             return f"--{flag.replace('_', '-')} must be between 1 and {MAX_CONFIG_VALUE}"
-    if not 0 <= args.scheduled_rebalance_max_delay_ms <= MAX_CONFIG_VALUE:
-        return f"--scheduled-rebalance-max-delay-ms must be between 0 and {MAX_CONFIG_VALUE}"
+    for flag in (
+        "scheduled_rebalance_max_delay_ms",
+        "rebalance_wave_max_resources",
+        "rebalance_wave_pause_ms",
+    ):
+        if not 0 <= getattr(args, flag) <= MAX_CONFIG_VALUE:
+            return f"--{flag.replace('_', '-')} must be between 0 and {MAX_CONFIG_VALUE}"
     return None
 
 
@@ -154,6 +159,21 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=_env("SCHEDULED_REBALANCE_MAX_DELAY_MS", defaults.scheduled_rebalance_max_delay_ms),
         help="group default for scheduled.rebalance.max.delay.ms "
         "(SCHEDULED_REBALANCE_MAX_DELAY_MS)",
+    )
+    p.add_argument(
+        "--rebalance-wave-max-resources",
+        type=int,
+        default=_env("REBALANCE_WAVE_MAX_RESOURCES", defaults.rebalance_wave_max_resources),
+        help="group default for rebalance.wave.max.resources: at most this many running "
+        "resources in motion for balancing at once, paced in waves (0: no limit, everything "
+        "moves in one target) (REBALANCE_WAVE_MAX_RESOURCES)",
+    )
+    p.add_argument(
+        "--rebalance-wave-pause-ms",
+        type=int,
+        default=_env("REBALANCE_WAVE_PAUSE_MS", defaults.rebalance_wave_pause_ms),
+        help="group default for rebalance.wave.pause.ms: the pause between waves, from the "
+        "delivery of the previous wave's last resource (REBALANCE_WAVE_PAUSE_MS)",
     )
     p.add_argument(
         "--assignment-error-backoff-ms",

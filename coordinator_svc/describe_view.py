@@ -10,6 +10,18 @@ def _names(cat: Any) -> str:
     return ", ".join(items) if items else "-"
 
 
+def _tokens(tokens: Any) -> str:
+    """Resources that share a token (one grant) together: "A, A-0: 7; B-1: 9"."""
+    by_token: dict[int, list[str]] = {}
+    for t in tokens:
+        name = f"{t.connector}-{t.task}" if t.HasField("task") else t.connector
+        by_token.setdefault(t.token, []).append(name)
+    return (
+        "; ".join(f"{', '.join(names)}: {token}" for token, names in sorted(by_token.items()))
+        or "-"
+    )
+
+
 def render_group(group: Any, now_ms: int) -> str:
     lines = [
         f"Group {group.group_id} ({group.group_type})  state {group.state}",
@@ -27,6 +39,13 @@ def render_group(group: Any, now_ms: int) -> str:
             f"  delayed rebalance due in {left:.1f}s "
             f"(coordinator time {group.scheduled_rebalance_at_ms})"
         )
+        for field, what in (
+            ("lost_work_rebalance_at_ms", "lost work placed"),
+            ("next_wave_at_ms", "next balancing wave"),
+        ):
+            if group.HasField(field):
+                at = getattr(group, field)
+                lines.append(f"    {what} in {(at - now_ms) / 1000:.1f}s (coordinator time {at})")
     else:
         lines.append("  no delayed rebalance pending")
     if group.last_assignment_error:
@@ -42,7 +61,16 @@ def render_group(group: Any, now_ms: int) -> str:
             lines.append(f"    {c.name} config ({c.config_digest[:19]}): {config}")
     configs = ", ".join(f"{k}={v}" for k, v in sorted(group.group_configs.items()))
     lines.append(f"  configs: {configs}")
-    header = ("MEMBER", "INSTANCE", "EPOCH", "STATE", "CURRENT", "PENDING REVOCATION", "TARGET")
+    header = (
+        "MEMBER",
+        "INSTANCE",
+        "EPOCH",
+        "STATE",
+        "CURRENT",
+        "PENDING REVOCATION",
+        "TARGET",
+        "FENCING TOKENS",
+    )
     rows = [header] + [
         (
             m.member_id,
@@ -52,6 +80,7 @@ def render_group(group: Any, now_ms: int) -> str:
             _names(m.current_assignment),
             _names(m.pending_revocation),
             _names(m.target_assignment),
+            _tokens(m.fencing_tokens),
         )
         for m in group.members
     ]

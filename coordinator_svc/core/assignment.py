@@ -155,6 +155,7 @@ def finish_prepare(view: PrepareView | PrepareResponse) -> PrepareResponse:
             assignor=m.assignor(selection.assignor_name)
             or Assignor(selection.assignor_name, selection.version, selection.version),
             owned=m.owned,
+            last_grant_at_ms=m.last_grant_at_ms,
         )
         for m in sorted(view.members, key=lambda m: m.member_id)
     )
@@ -391,15 +392,19 @@ def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None)
             if change.member(member_id) is not None
         }
     old = change.target
-    scheduled_at = None
-    if req.scheduled_rebalance_delay_ms > 0:
-        max_delay = change.config_int(SCHEDULED_REBALANCE_MAX_DELAY_MS)
-        scheduled_at = change.now_ms + min(req.scheduled_rebalance_delay_ms, max_delay)
+    max_delay = change.config_int(SCHEDULED_REBALANCE_MAX_DELAY_MS)
+
+    def at(delay_ms: int) -> int | None:
+        return change.now_ms + min(delay_ms, max_delay) if delay_ms > 0 else None
+
+    scheduled_at = at(req.scheduled_rebalance_delay_ms)
     new = TargetAssignment(
         assignment_epoch=req.group_epoch,
         members=MappingProxyType(entries),
         assignor_state=req.assignor_state,
         scheduled_rebalance_at_ms=scheduled_at,
+        lost_work_rebalance_at_ms=at(req.lost_work_delay_ms),
+        next_wave_at_ms=at(req.next_wave_delay_ms),
     )
     if plan is not None:
         changed, moves, unassigned = list(plan.changed), plan.moves, plan.unassigned
@@ -414,6 +419,8 @@ def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None)
         moves=moves,
         unassigned=unassigned,
         scheduled_rebalance_delay_ms=req.scheduled_rebalance_delay_ms,
+        **({"lost_work_delay_ms": req.lost_work_delay_ms} if req.lost_work_delay_ms else {}),
+        **({"next_wave_delay_ms": req.next_wave_delay_ms} if req.next_wave_delay_ms else {}),
     )
     change.set_meta(
         compute_requested_epoch=None,

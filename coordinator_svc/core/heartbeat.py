@@ -26,6 +26,7 @@ from connect_protocol.messages import (
     HeartbeatResponse,
 )
 from connect_protocol.resources import EMPTY, ResourceSet
+from connect_protocol.tokens import Resource
 
 from .change import GroupChange
 from .model import GroupConfigDefaults, GroupState, Member, MemberState
@@ -227,6 +228,10 @@ class _Heartbeat:
         req, change = self.req, self.change
         successor = replace(holder, member_id=req.member_id, state=MemberState.STABLE)
         successor, assignors_changed = self.updated(successor)
+        if successor.assigned:
+            # A member that did not hold them: a grant, with a new token (DESIGN 3.18).
+            successor = self.grant(replace(successor, assigned=EMPTY), successor.assigned)
+            successor = replace(successor, assigned=holder.assigned)
         change.remove_member(holder.member_id)
         change.cancel((SESSION, holder.member_id))
         change.put_member(successor)
@@ -432,6 +437,11 @@ class _Heartbeat:
             owned,
             free_in(member.member_id, change.connector_owner, change.task_owner),
         )
+        granted = after.assigned - member.assigned
+        if granted:
+            after = self.grant(after, granted)
+        elif after.tokens and after.assigned != member.assigned:
+            after = replace(after, tokens=after.tokens.restricted(after.assigned))
         if after != member:
             change.put_member(after)
             self.record_transition(member, after)
@@ -445,13 +455,37 @@ class _Heartbeat:
         assignment = None
         if send:
             entry = target.of(member.member_id)
-            assignment = AssignmentMessage(after.assigned, entry.version, entry.metadata)
+            assignment = AssignmentMessage(
+                after.assigned, entry.version, entry.metadata, tokens=after.tokens
+            )
         error, message = self.compute_signal(after)
         return self.result(self.response(after.member_epoch, assignment, error, message))
 
+    def grant(self, member: Member, granted: ResourceSet) -> Member:
+        """Give `granted` (resources the member did not hold) the group's next fencing token,
+        one token for the whole grant: greater than every token granted before in the group,
+        so than every earlier token of each of these resources (DESIGN 3.18). The tokens of what
+        it no longer holds are dropped. O(assigned)."""
+        change = self.change
+        token = change.meta.last_fencing_token + 1
+        change.set_meta(last_fencing_token=token)
+        kept = member.tokens.restricted(member.assigned - granted)
+        return replace(member, tokens=kept.with_grant(granted, token), last_grant_at_ms=self.now_ms)
+
     def record_transition(self, before: Member, after: Member) -> None:
         change, member_id = self.change, before.member_id
-        if before.pending_revocation and not (
+        released = before.pending_revocation - after.pending_revocation
+        if released and after.state is MemberState.UNREVOKED and after.pending_revocation:
+            # A partial release (DESIGN 3.11): the revocation timer keeps running from the
+            # request, so it is neither cancelled nor re-armed.
+            change.event(
+                EventType.REVOCATION_PARTIALLY_ACKNOWLEDGED,
+                member_id,
+                released=released.to_json(),
+                pending=after.pending_revocation.to_json(),
+                member_epoch=before.member_epoch,
+            )
+        elif before.pending_revocation and not (
             before.pending_revocation <= after.pending_revocation
         ):
             change.event(
@@ -461,7 +495,7 @@ class _Heartbeat:
                 member_epoch=before.member_epoch,
             )
             change.cancel((REVOCATION, member_id))
-        if after.pending_revocation and after.pending_revocation != before.pending_revocation:
+        if after.pending_revocation and not (after.pending_revocation <= before.pending_revocation):
             change.event(
                 EventType.REVOCATION_REQUESTED,
                 member_id,
@@ -478,7 +512,18 @@ class _Heartbeat:
                 assigned=after.assigned.to_json(),
                 added=(after.assigned - before.assigned).to_json(),
                 removed=(before.assigned - after.assigned).to_json(),
+                **self.grant_details(before, after),
             )
+
+    @staticmethod
+    def grant_details(before: Member, after: Member) -> dict[str, int]:
+        """The fencing token of what a delivery adds (one grant, one token), for its event."""
+        added = after.assigned - before.assigned
+        resources: list[Resource] = [*added.connectors, *added.tasks]
+        for resource in resources:
+            if resource in after.tokens:
+                return {"fencing_token": after.tokens[resource]}
+        return {}
 
     def compute_signal(self, member: Member) -> tuple[ErrorCode, str]:
         change = self.change

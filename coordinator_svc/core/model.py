@@ -16,10 +16,14 @@ from types import MappingProxyType
 from connect_protocol.configs import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
+    DEFAULT_REBALANCE_WAVE_MAX_RESOURCES,
+    DEFAULT_REBALANCE_WAVE_PAUSE_MS,
     DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
     HEARTBEAT_INTERVAL_MS,
     REBALANCE_TIMEOUT_MS,
+    REBALANCE_WAVE_MAX_RESOURCES,
+    REBALANCE_WAVE_PAUSE_MS,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     SESSION_TIMEOUT_MS,
     config_digest,
@@ -34,6 +38,7 @@ from connect_protocol.resources import (
     catalogue_resources,
     connector_resources,
 )
+from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
 from .errors import IllegalStateError
 from .selection_index import Profile, SelectionIndex, profile_of
@@ -48,6 +53,8 @@ class GroupConfigDefaults:
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
     scheduled_rebalance_max_delay_ms: int = DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS
+    rebalance_wave_max_resources: int = DEFAULT_REBALANCE_WAVE_MAX_RESOURCES
+    rebalance_wave_pause_ms: int = DEFAULT_REBALANCE_WAVE_PAUSE_MS
     assignment_error_backoff_ms: int = 1_000
     max_group_size: int = 10_000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -69,6 +76,8 @@ class GroupConfigDefaults:
             HEARTBEAT_INTERVAL_MS: str(self.heartbeat_interval_ms),
             REBALANCE_TIMEOUT_MS: str(self.rebalance_timeout_ms),
             SCHEDULED_REBALANCE_MAX_DELAY_MS: str(self.scheduled_rebalance_max_delay_ms),
+            REBALANCE_WAVE_MAX_RESOURCES: str(self.rebalance_wave_max_resources),
+            REBALANCE_WAVE_PAUSE_MS: str(self.rebalance_wave_pause_ms),
         }
 
 
@@ -98,6 +107,8 @@ class Member:
         previous_epoch: the epoch held before the last epoch change (lost-response retries).
         principal: the caller that created the member; only it may act as the member
             ("" for members from before principals existed: the next caller adopts it).
+        tokens: the fencing token of each resource of `assigned` (DESIGN 3.18).
+        last_grant_at_ms: when it was last given a resource it did not hold (0: never).
     """
 
     member_id: str
@@ -111,6 +122,8 @@ class Member:
     assigned: ResourceSet = EMPTY
     pending_revocation: ResourceSet = EMPTY
     principal: str = ""
+    tokens: FencingTokens = NO_TOKENS
+    last_grant_at_ms: int = 0
 
     @property
     def owned(self) -> ResourceSet:
@@ -165,6 +178,9 @@ class TargetAssignment:
     members: Mapping[str, TargetEntry] = field(default_factory=lambda: MappingProxyType({}))
     assignor_state: bytes = b""
     scheduled_rebalance_at_ms: int | None = None
+    #: What the scheduled rebalance stands for, as the install declared (DESIGN 3.18).
+    lost_work_rebalance_at_ms: int | None = None
+    next_wave_at_ms: int | None = None
 
     def of(self, member_id: str) -> TargetEntry:
         return self.members.get(member_id, _EMPTY_ENTRY)
@@ -213,6 +229,9 @@ class GroupMeta:
         session_floor_ms, session_floor_until_ms: after session.timeout.ms was lowered, the
             higher value members may still have been told (and fence themselves by), and until
             when (coordinator time) session expiry and holds must use at least it.
+        last_fencing_token: the last fencing token granted in the group (DESIGN 3.18): every
+            grant takes the next one, so a resource's tokens only ever increase. Groups are
+            never deleted, so neither is this counter.
     """
 
     group_id: str
@@ -228,6 +247,7 @@ class GroupMeta:
     holds: tuple[Hold, ...] = ()
     session_floor_ms: int = 0
     session_floor_until_ms: int = 0
+    last_fencing_token: int = 0
 
     def session_floor(self, now_ms: int) -> int:
         """The session timeout some member may still believe in, if above the configured one."""

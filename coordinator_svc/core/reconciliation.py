@@ -27,6 +27,14 @@ def acknowledges_revocation(member: Member, owned: ResourceSet | None) -> bool:
     )
 
 
+def partially_released(member: Member, owned: ResourceSet | None) -> ResourceSet:
+    """The pending resources a heartbeat's owned list no longer holds (a member reports a
+    resource as not owned only after it has stopped it). O(pending)."""
+    if owned is None or not member.pending_revocation:
+        return ResourceSet()
+    return member.pending_revocation - owned
+
+
 def reconcile(
     member: Member,
     target_epoch: int,
@@ -37,7 +45,9 @@ def reconcile(
     """Move `member` as far toward (`target_epoch`, `target`) as is safe now.
 
     (a) While it holds resources outside its target it keeps only the intersection, stays at its
-    epoch and is UNREVOKED; (b) once its owned list no longer holds them it is reconciled again;
+    epoch and is UNREVOKED; pending resources its owned list no longer holds are released at
+    once (partial release), the rest stay pending; (b) once its owned list holds none of them it
+    is reconciled again;
     (c) with nothing to revoke it moves to the target epoch at once and gets each target resource
     that nobody else holds (UNRELEASED until it has them all).
     """
@@ -45,7 +55,12 @@ def reconcile(
         return member
     if member.state is MemberState.UNREVOKED:
         if not acknowledges_revocation(member, owned):
-            return member
+            released = partially_released(member, owned)
+            if not released:
+                return member
+            # Partial release (DESIGN 3.11): what it no longer owns goes at once; it stays
+            # UNREVOKED at its epoch for the rest.
+            return replace(member, pending_revocation=member.pending_revocation - released)
         member = replace(member, pending_revocation=ResourceSet(), state=MemberState.STABLE)
     if member.pending_revocation:
         return member

@@ -145,6 +145,14 @@ def validate_install(req: InstallRequest) -> None:
     _require(req.member_epoch >= 0, "MemberEpoch must be >= 0.")
     _require(req.group_epoch >= 0, "GroupEpoch must be >= 0.")
     _require(req.scheduled_rebalance_delay_ms >= 0, "ScheduledRebalanceDelayMs must be >= 0.")
+    _require(req.lost_work_delay_ms >= 0, "LostWorkDelayMs must be >= 0.")
+    _require(req.next_wave_delay_ms >= 0, "NextWaveDelayMs must be >= 0.")
+    reasons = [d for d in (req.lost_work_delay_ms, req.next_wave_delay_ms) if d > 0]
+    _require(
+        not reasons or req.scheduled_rebalance_delay_ms == min(reasons),
+        "ScheduledRebalanceDelayMs must be the smaller of LostWorkDelayMs and NextWaveDelayMs "
+        "(those > 0) when either is set.",
+    )
     _require(-128 <= req.error <= 127, "Error must fit an int8.")
     _check_text(req.error_message, "ErrorMessage", MAX_ERROR_MESSAGE_LENGTH)
     seen: set[str] = set()

@@ -23,7 +23,7 @@ from connect_protocol.messages import (
     PutConnectorRequest,
     PutConnectorResponse,
 )
-from connect_protocol.wire import assignor_to, resources_from, resources_to, wire_code
+from connect_protocol.wire import assignor_to, resources_from, resources_to, tokens_to, wire_code
 
 from ..core.acls import AclEntry, Operation, PatternType, Permission, ResourceType
 from ..core.model import GroupConfigDefaults, GroupState
@@ -54,6 +54,7 @@ def prepare_response(
             member_epoch=m.member_epoch,
             url=m.url,
             assignor=assignor_to(m.assignor),
+            last_grant_at_ms=m.last_grant_at_ms,
         )
         if m.instance_id is not None:
             pm.instance_id = m.instance_id
@@ -87,6 +88,8 @@ def install_request(msg: coordinator_pb2.ConnectGroupInstallAssignmentRequest) -
         ),
         assignor_state=bytes(msg.assignor_state),
         scheduled_rebalance_delay_ms=msg.scheduled_rebalance_delay_ms,
+        lost_work_delay_ms=msg.lost_work_delay_ms,
+        next_wave_delay_ms=msg.next_wave_delay_ms,
     )
 
 
@@ -140,8 +143,13 @@ def described_group(
         coordinator_time_ms=now_ms,
         assignor_state=state.target.assignor_state,
     )
-    if state.target.scheduled_rebalance_at_ms is not None:
-        out.scheduled_rebalance_at_ms = state.target.scheduled_rebalance_at_ms
+    target = state.target
+    if target.scheduled_rebalance_at_ms is not None:
+        out.scheduled_rebalance_at_ms = target.scheduled_rebalance_at_ms
+    if target.lost_work_rebalance_at_ms is not None:
+        out.lost_work_rebalance_at_ms = target.lost_work_rebalance_at_ms
+    if target.next_wave_at_ms is not None:
+        out.next_wave_at_ms = target.next_wave_at_ms
     for c in sorted(state.catalogue.values(), key=lambda c: c.name):
         config = dict(c.config) if config_values else dict.fromkeys(c.config, HIDDEN_VALUE)
         out.catalogue.add(
@@ -160,6 +168,7 @@ def described_group(
             dm.instance_id = m.instance_id
         resources_to(m.assigned, dm.current_assignment)
         resources_to(m.pending_revocation, dm.pending_revocation)
+        tokens_to(m.tokens, dm.fencing_tokens)
         resources_to(state.target.of(m.member_id).resources, dm.target_assignment)
         dm.assignors.extend(assignor_to(a) for a in m.assignors)
     return out

@@ -16,6 +16,7 @@ from typing import Any
 
 from connect_protocol.messages import Assignor
 from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.tokens import FencingTokens
 from coordinator_svc.core.model import (
     Connector,
     GroupMeta,
@@ -149,6 +150,7 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
         ],
         "session_floor_ms": meta.session_floor_ms,
         "session_floor_until_ms": meta.session_floor_until_ms,
+        "last_fencing_token": meta.last_fencing_token,
     }
 
 
@@ -182,6 +184,7 @@ def meta_from_row(row: Row) -> GroupMeta:
         ),
         session_floor_ms=int(row["session_floor_ms"]),
         session_floor_until_ms=int(row["session_floor_until_ms"]),
+        last_fencing_token=int(row["last_fencing_token"]),
     )
 
 
@@ -224,6 +227,8 @@ def member_row(group_id: str, member: Member) -> dict[str, Any]:
         "assigned": member.assigned.to_json(),
         "pending_revocation": member.pending_revocation.to_json(),
         "principal": member.principal,
+        "fencing_tokens": member.tokens.to_json(),
+        "last_grant_at_ms": member.last_grant_at_ms,
     }
 
 
@@ -251,6 +256,8 @@ def member_from_row(row: Row) -> Member:
         assigned=_resources(row["assigned"]),
         pending_revocation=_resources(row["pending_revocation"]),
         principal=row["principal"],
+        tokens=FencingTokens.from_json(row["fencing_tokens"]),
+        last_grant_at_ms=int(row["last_grant_at_ms"]),
     )
 
 
@@ -296,6 +303,8 @@ def target_row(group_id: str, target: TargetAssignment) -> dict[str, Any]:
         "assignment_epoch": target.assignment_epoch,
         "assignor_state": bytes(target.assignor_state),
         "scheduled_rebalance_at_ms": target.scheduled_rebalance_at_ms,
+        "lost_work_rebalance_at_ms": target.lost_work_rebalance_at_ms,
+        "next_wave_at_ms": target.next_wave_at_ms,
     }
 
 
@@ -331,6 +340,8 @@ def target_from_rows(row: Row, member_rows: Iterable[Row]) -> TargetAssignment:
         members=MappingProxyType(entries),
         assignor_state=bytes(row["assignor_state"] or b""),
         scheduled_rebalance_at_ms=row["scheduled_rebalance_at_ms"],
+        lost_work_rebalance_at_ms=row["lost_work_rebalance_at_ms"],
+        next_wave_at_ms=row["next_wave_at_ms"],
     )
 
 

@@ -95,6 +95,8 @@ class Group(Base):
     holds: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     session_floor_ms: Mapped[int] = mapped_column(sa.Integer, server_default="0")
     session_floor_until_ms: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    # The last fencing token granted in the group (DESIGN 3.18); never goes down.
+    last_fencing_token: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
 
 
 class GroupLease(Base):
@@ -135,6 +137,10 @@ class MemberRow(Base):
     pending_revocation: Mapped[dict[str, Any]] = mapped_column(JSON)
     # Who created the member (DESIGN 3.2): only that principal may act as it.
     principal: Mapped[str] = mapped_column(sa.String(PRINCIPAL_LENGTH), server_default="")
+    # The fencing token of each assigned resource (`FencingTokens.to_json`), and when the member
+    # was last given a resource it did not hold (DESIGN 3.18).
+    fencing_tokens: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
+    last_grant_at_ms: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
 
 
 class ConnectorRow(Base):
@@ -160,6 +166,9 @@ class TargetAssignmentRow(Base):
     assignment_epoch: Mapped[int] = mapped_column(sa.Integer)
     assignor_state: Mapped[bytes] = mapped_column(sa.LargeBinary)
     scheduled_rebalance_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
+    # What the scheduled rebalance stands for (held-back lost work, the next paced wave).
+    lost_work_rebalance_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
+    next_wave_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
 
 
 class TargetAssignmentMemberRow(Base):

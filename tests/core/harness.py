@@ -221,6 +221,8 @@ class GroupHarness:
         group_epoch: int | None = None,
         member_epoch: int | None = None,
         delay_ms: int = 0,
+        lost_work_delay_ms: int = 0,
+        next_wave_delay_ms: int = 0,
         assignor_state: bytes = b"",
         error: int = 0,
         error_message: str = "",
@@ -245,6 +247,8 @@ class GroupHarness:
             ),
             assignor_state=assignor_state,
             scheduled_rebalance_delay_ms=delay_ms,
+            lost_work_delay_ms=lost_work_delay_ms,
+            next_wave_delay_ms=next_wave_delay_ms,
         )
         # As the servicer does: planned before the lock, applied under it if still current.
         return self._run(
@@ -383,6 +387,8 @@ class GroupHarness:
                 dict(s.target.members),
                 s.target.assignor_state,
                 s.target.scheduled_rebalance_at_ms,
+                s.target.lost_work_rebalance_at_ms,
+                s.target.next_wave_at_ms,
             ),
             "members": dict(s.members),
             "catalogue": {name: (c.task_count, dict(c.config)) for name, c in s.catalogue.items()},

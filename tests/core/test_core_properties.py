@@ -17,6 +17,12 @@ group, assignment and member epochs never go down; assignment epoch <= group epo
 world calms down (teardown: every live worker heartbeats honestly while the clock runs), the group
 converges: STABLE, every member at the target, every catalogue resource assigned and running on
 exactly the worker it is assigned to. And a group rebuilt from every record equals the live one.
+
+Revocation listeners may also finish one resource at a time, each reported at once (partial
+release, DESIGN 3.11). Fencing tokens (DESIGN 3.18): every assigned resource has one, the
+assignment a process is sent carries exactly the coordinator's, a resource's token never goes
+down, and it goes strictly up whenever the resource goes to a member that did not hold it,
+across a rebuild from the records (a restart or takeover loads the same).
 """
 
 from __future__ import annotations
@@ -166,6 +172,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.max_group_epoch = 0
         self.max_assignment_epoch = 0
         self.member_epochs: dict[str, int] = {}
+        self.last_token: dict[str, tuple[str, int]] = {}  # resource -> (member, its token)
 
     # --- helpers ---
 
@@ -227,6 +234,8 @@ class CoreMachine(RuleBasedStateMachine):
             p.session_ms = response.session_timeout_ms
             p.interval_ms = response.heartbeat_interval_ms
             if response.assignment is not None:
+                member = self.h.member(p.member_id)
+                assert response.assignment.tokens == member.tokens, (response, member)
                 new = frozenset(response.assignment.resources.names())
                 to_stop = p.running - new
                 p.stopping = p.stopping - new
@@ -306,6 +315,21 @@ class CoreMachine(RuleBasedStateMachine):
             if m.pending_revocation:
                 assert m.state in (MemberState.UNREVOKED, MemberState.LEFT), m
         self.member_epochs = {mid: m.member_epoch for mid, m in s.members.items()}
+
+        # Fencing tokens: one per assigned resource; per resource never down, and strictly up
+        # on a grant to a member that did not hold it.
+        for member_id, m in s.members.items():
+            assert set(m.tokens) == {*m.assigned.connectors, *m.assigned.tasks}, m
+            assert all(t <= s.meta.last_fencing_token for t in m.tokens.values())
+            for resource, token in m.tokens.items():
+                name = str(resource)
+                previous = self.last_token.get(name)
+                if previous is not None:
+                    holder, seen = previous
+                    assert token >= seen, f"{name}'s token went down: {seen} -> {token}"
+                    if holder != member_id:
+                        assert token > seen, f"{name} went to {member_id} with old token {seen}"
+                self.last_token[name] = (member_id, token)
 
         # A resource is in at most one member's current-plus-pending set, and never in a member's
         # set while a hold of another keeps it.
@@ -468,6 +492,20 @@ class CoreMachine(RuleBasedStateMachine):
         if p is not None:
             p.running = p.running - p.stopping
             p.stopping = frozenset()
+
+    @rule(slot=st.integers(0, 4), which=st.integers(0, 7), report=st.booleans())
+    @step
+    def finish_one_revocation(self, slot: int, which: int, report: bool) -> None:
+        """A per-resource listener finishes one revoked resource (and the agent may report it
+        at once: a partial release)."""
+        p = self.live(slot)
+        if p is None or not p.stopping:
+            return
+        done = sorted(p.stopping)[which % len(p.stopping)]
+        p.running = p.running - {done}
+        p.stopping = p.stopping - {done}
+        if report and p.joined:
+            self.send_heartbeat(p, lose=False, delay_ack=True)
 
     @rule(
         slot=st.integers(0, 4),

@@ -9,6 +9,7 @@ import pytest
 from connect_protocol.errors import ErrorCode
 from connect_protocol.messages import AssignmentMessage, Assignor, HeartbeatRequest
 from connect_protocol.resources import EMPTY
+from connect_protocol.tokens import NO_TOKENS
 from coordinator_svc.core.model import GroupConfigDefaults, GroupStatus, Member, MemberState
 from coordinator_svc.core.records import EventType, MemberRecord
 from coordinator_svc.core.results import ASSIGNOR, HOLD, SESSION
@@ -34,6 +35,11 @@ from tests.core.harness import (
 # --- joining ---------------------------------------------------------------------------------
 
 
+def untokened(assignment: AssignmentMessage | None) -> AssignmentMessage | None:
+    """The assignment without its fencing tokens (tested on their own in test_fencing_tokens)."""
+    return None if assignment is None else replace(assignment, tokens=NO_TOKENS)
+
+
 def test_the_first_join_creates_the_group_with_epochs_starting_at_1() -> None:
     h = GroupHarness()
 
@@ -44,7 +50,7 @@ def test_the_first_join_creates_the_group_with_epochs_starting_at_1() -> None:
     # join bumps the group epoch to 2 (DESIGN 3.2).
     assert (h.group_epoch, h.assignment_epoch) == (2, 1)
     assert response.member_epoch == 1
-    assert response.assignment == AssignmentMessage(EMPTY)
+    assert untokened(response.assignment) == AssignmentMessage(EMPTY)
     assert h.member("w1") == Member(
         member_id="w1",
         member_epoch=1,
@@ -73,7 +79,7 @@ def test_a_joining_member_is_answered_at_once_with_the_assignment_epoch_and_its_
 
     assert response.error_code == ErrorCode.NONE  # w1 computes, not w3
     assert response.member_epoch == 5
-    assert response.assignment == AssignmentMessage(EMPTY)
+    assert untokened(response.assignment) == AssignmentMessage(EMPTY)
     assert h.group_epoch == 6
     assert h.member("w3").state is MemberState.STABLE
 
@@ -237,7 +243,7 @@ def test_a_rejoin_of_a_known_member_gets_its_epoch_and_whole_assignment_without_
 
     assert response.error_code == ErrorCode.NONE
     assert response.member_epoch == 5
-    assert response.assignment == AssignmentMessage(W2_SHARE)
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE)
     assert h.group_epoch == 5
     assert h.member("w2") == before
     assert h.records_of_last_call == []
@@ -250,7 +256,7 @@ def test_a_rejoin_with_changed_metadata_bumps_the_group_epoch() -> None:
     response = h.join("w2", assignors=changed)
 
     assert response.member_epoch == 5
-    assert response.assignment == AssignmentMessage(W2_SHARE)
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE)
     assert h.group_epoch == 6
 
 
@@ -264,7 +270,7 @@ def test_a_rejoin_whose_owned_list_drops_the_pending_revocation_acknowledges_it(
     response = h.join("w1")
 
     assert response.member_epoch == 6
-    assert response.assignment == AssignmentMessage(rs("A", "A-0"))
+    assert untokened(response.assignment) == AssignmentMessage(rs("A", "A-0"))
     assert h.member("w1").state is MemberState.STABLE
     assert h.member("w1").pending_revocation == EMPTY
 
@@ -292,7 +298,7 @@ def test_a_retry_with_the_previous_epoch_and_an_owned_subset_is_answered_again()
 
     assert response.error_code == ErrorCode.NONE
     assert response.member_epoch == 6
-    assert response.assignment == AssignmentMessage(W2_SHARE | rs("C"))
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE | rs("C"))
     assert h.member("w2") == before
     assert h.records_of_last_call == []
 
@@ -349,7 +355,7 @@ def test_a_fenced_members_resources_go_to_nobody_until_a_session_timeout_has_pas
     assert h.state.meta.holds == ()
     response = h.ack("w1")
 
-    assert response.assignment == AssignmentMessage(ALL)
+    assert untokened(response.assignment) == AssignmentMessage(ALL)
     assert h.member("w1").state is MemberState.STABLE
 
 
@@ -584,7 +590,7 @@ def test_a_new_member_id_with_the_same_instance_id_takes_over_without_a_rebalanc
 
     assert response.error_code == ErrorCode.NONE
     assert response.member_epoch == 5
-    assert response.assignment == AssignmentMessage(W2_SHARE)
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE)
     assert h.group_epoch == 5
     assert not h.has_member("w2")
     assert h.member("w2b").assigned == W2_SHARE
@@ -638,7 +644,7 @@ def test_the_same_member_id_rejoining_after_a_static_leave_is_back_without_a_reb
     response = h.join("w2", instance_id="i2")
 
     assert response.member_epoch == 5
-    assert response.assignment == AssignmentMessage(W2_SHARE)
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE)
     assert h.member("w2").state is MemberState.STABLE
     assert h.group_epoch == 5
 
@@ -746,12 +752,12 @@ def test_a_joining_member_reaches_the_new_epoch_holding_nothing_until_others_ack
 
     response = h.keepalive("w2")
     assert response.member_epoch == 5
-    assert response.assignment == AssignmentMessage(EMPTY)
+    assert untokened(response.assignment) == AssignmentMessage(EMPTY)
     assert h.member("w2").state is MemberState.UNRELEASED
 
     response = h.heartbeat("w1", 4, owned=ALL)
     assert response.member_epoch == 4
-    assert response.assignment == AssignmentMessage(W1_SHARE)
+    assert untokened(response.assignment) == AssignmentMessage(W1_SHARE)
     assert h.member("w1").pending_revocation == W2_SHARE
     assert h.keepalive("w2").assignment is None
     assert h.member("w2").assigned == EMPTY
@@ -762,7 +768,7 @@ def test_a_joining_member_reaches_the_new_epoch_holding_nothing_until_others_ack
 
     response = h.keepalive("w2")
     assert response.member_epoch == 5
-    assert response.assignment == AssignmentMessage(W2_SHARE)
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE)
     assert h.status() is GroupStatus.STABLE
 
 
@@ -796,7 +802,7 @@ def test_the_assignment_is_resent_while_the_owned_list_differs_from_what_it_was_
 
     response = h.heartbeat("w2", 5, owned=rs("B"))
 
-    assert response.assignment == AssignmentMessage(W2_SHARE)
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE)
     assert h.records_of_last_call == []
 
 
@@ -811,7 +817,7 @@ def test_the_assignment_carries_the_targets_version_and_metadata() -> None:
 
     response = h.ack("w2")
 
-    assert response.assignment == AssignmentMessage(W2_SHARE | rs("C"), 2, b"meta-w2")
+    assert untokened(response.assignment) == AssignmentMessage(W2_SHARE | rs("C"), 2, b"meta-w2")
 
 
 def test_the_same_full_heartbeat_twice_gets_the_same_answer_and_writes_nothing() -> None:

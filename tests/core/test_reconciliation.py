@@ -3,6 +3,8 @@ Kafka's CurrentAssignmentBuilderTest."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core.model import Member, MemberState
 from coordinator_svc.core.reconciliation import (
@@ -166,10 +168,21 @@ def test_unrevoked_member_without_an_owned_list_never_acknowledges() -> None:
     assert after is before
 
 
-def test_unrevoked_member_still_owning_part_of_its_revocation_stays_unrevoked() -> None:
+def test_unrevoked_member_still_owning_part_of_its_revocation_releases_the_rest_and_stays() -> None:
+    """Partial release (DESIGN 3.11): what the owned list no longer holds goes at once; the
+    member stays UNREVOKED at its epoch for the rest."""
     before = member(10, state=MemberState.UNREVOKED, assigned=rs("A"), pending=rs("B", "B-0"))
 
     after = reconcile(before, 11, rs("A"), rs("A", "B-0"), everything_free)
+
+    assert after == replace(before, pending_revocation=rs("B-0"))
+    assert after.state is MemberState.UNREVOKED and after.member_epoch == 10
+
+
+def test_unrevoked_member_still_owning_all_of_its_revocation_is_unchanged() -> None:
+    before = member(10, state=MemberState.UNREVOKED, assigned=rs("A"), pending=rs("B", "B-0"))
+
+    after = reconcile(before, 11, rs("A"), rs("A", "B", "B-0"), everything_free)
 
     assert after is before
 

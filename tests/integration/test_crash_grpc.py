@@ -538,3 +538,46 @@ def test_a_delayed_rebalance_scheduled_before_the_crash_fires_after_the_restart(
     group = drive_to_stable(cluster.stubs, [w1, w3])
     assert group.group_epoch == group.assignment_epoch == e + 2
     assert_every_resource_assigned_once(group, [w1, w3])
+
+
+# --- fencing tokens across a crash (DESIGN 3.18) ----------------------------------------------
+
+
+def token_map(message: Any) -> dict[str, int]:
+    """A repeated FencingToken field (an assignment's or a described member's) by name."""
+    return {
+        (f"{t.connector}-{t.task}" if t.HasField("task") else t.connector): t.token
+        for t in message.fencing_tokens
+    }
+
+
+def test_fencing_tokens_survive_a_crash_and_keep_increasing_after_it(cluster: Cluster) -> None:
+    stubs = cluster.stubs
+    w1 = w1_stable_with_everything(stubs)
+    first = token_map(w1.last.assignment) if w1.last.HasField("assignment") else {}
+    described = {m.member_id: token_map(m) for m in describe(stubs, GROUP).members}
+    assert set(described["W1"]) == set(names(EVERYTHING))
+    assert not first or first == described["W1"]
+
+    cluster.crash_and_restart([w1])
+
+    after = {m.member_id: token_map(m) for m in describe(cluster.stubs, GROUP).members}
+    assert after == described, "tokens are loaded as they were committed"
+    w2 = ScriptedWorker(cluster.stubs, GROUP, "W2")
+    assert w2.join().error_code == 0
+    assert w1.heartbeat().error_code == COMPUTE
+    prepared = w1.prepare()
+    split = {"W1": parse("A", "A-0", "A-1"), "W2": parse("B", "B-0")}
+    assert w1.install(prepared.group_epoch, split).error_code == 0
+    w1.heartbeat()  # told to revoke B, B-0
+    w1.owned = split["W1"]
+    w1.heartbeat()  # acknowledged
+    response = w2.heartbeat()
+    assert response.HasField("assignment"), response
+    granted = token_map(response.assignment)
+
+    assert set(granted) == {"B", "B-0"}
+    highest_before = max(described["W1"].values())
+    assert all(token > highest_before for token in granted.values()), (granted, described)
+    kept = {m.member_id: token_map(m) for m in describe(cluster.stubs, GROUP).members}["W1"]
+    assert kept == {r: t for r, t in described["W1"].items() if r in {"A", "A-0", "A-1"}}
