@@ -6,10 +6,11 @@ it through the agent's status endpoint and logs what it runs.
 It reads ``GET /watch`` (server-sent events: the current assignment at once, then one event per
 change) and, when the stream cannot be had, polls ``GET /assignment`` until it can; ``--mode
 poll`` only polls. It "runs" exactly what the latest assignment lists, and writes one JSON log
-line per change: what it stopped, what it started, and what it runs now. When the agent cannot be
-reached for ``--unreachable-stop-s`` it stops everything (the agent may have been fenced or
-replaced, and could not say so). SIGTERM or SIGINT: stop everything, exit 0. Every option has an
-environment variable ``SAMPLE_WORKER_<OPTION>``.
+line per change: what it stopped, what it started (with their fencing tokens, DESIGN 3.18: what a
+real worker passes with every write to a system that checks them), and what it runs now. When
+the agent cannot be reached for ``--unreachable-stop-s`` it stops everything (the agent may have
+been fenced or replaced, and could not say so). SIGTERM or SIGINT: stop everything, exit 0.
+Every option has an environment variable ``SAMPLE_WORKER_<OPTION>``.
 
 This worker only *follows* the agent: the agent acknowledges a revocation once its own listener
 has returned, which does not wait for this program. A real worker that must never run a task at
@@ -59,12 +60,15 @@ class Assignment:
         tasks: the tasks to run, as (connector, task number).
         ready: whether the agent is a member with an assignment (False while joining, leaving or
             fenced).
+        fencing_tokens: (resource name, token) per resource, sorted, connectors as ``A`` and
+            tasks as ``A-0``; empty when the agent reports none.
     """
 
     member_epoch: int
     connectors: frozenset[str]
     tasks: frozenset[TaskName]
     ready: bool
+    fencing_tokens: tuple[tuple[str, int], ...] = ()
 
     @staticmethod
     def from_json(obj: Any) -> Assignment:
@@ -74,13 +78,20 @@ class Assignment:
         try:
             connectors = frozenset(str(c) for c in obj.get("connectors", []))
             tasks = frozenset((str(t["connector"]), int(t["task"])) for t in obj.get("tasks", []))
+            tokens = obj.get("fencing_tokens") or {}
+            named = [(str(c), int(v)) for c, v in (tokens.get("connectors") or {}).items()]
+            named += [
+                (f"{t['connector']}-{int(t['task'])}", int(t["token"]))
+                for t in tokens.get("tasks") or []
+            ]
             return Assignment(
                 member_epoch=int(obj.get("member_epoch", 0)),
                 connectors=connectors,
                 tasks=tasks,
                 ready=bool(obj.get("ready", False)),
+                fencing_tokens=tuple(sorted(named)),
             )
-        except (KeyError, TypeError, ValueError) as error:
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise ValueError(f"not an assignment: {obj!r} ({error})") from error
 
 
@@ -91,6 +102,11 @@ def _names(connectors: Iterable[str], tasks: Iterable[TaskName]) -> dict[str, li
     }
 
 
+def _tokens_of(names: dict[str, list[str]], tokens: dict[str, int]) -> dict[str, int]:
+    """The tokens of the named resources (those the agent reported), by name."""
+    return {n: tokens[n] for n in names["connectors"] + names["tasks"] if n in tokens}
+
+
 class Runner:
     """The "work": the set of connectors and tasks running, changed only through `apply` and
     `stop_all`, each change logged. Thread safe.
@@ -99,6 +115,7 @@ class Runner:
         connectors: the connectors running now.
         tasks: the tasks running now.
         member_epoch: the epoch of the assignment applied last.
+        fencing_tokens: the token of each resource running, by name (``A``, ``A-0``).
     """
 
     def __init__(self) -> None:
@@ -106,6 +123,7 @@ class Runner:
         self.connectors: frozenset[str] = frozenset()
         self.tasks: frozenset[TaskName] = frozenset()
         self.member_epoch = 0
+        self.fencing_tokens: dict[str, int] = {}
         self._closed = False
 
     def apply(self, assignment: Assignment) -> bool:
@@ -120,6 +138,9 @@ class Runner:
             start_t = assignment.tasks - self.tasks
             epoch_changed = assignment.member_epoch != self.member_epoch
             self.member_epoch = assignment.member_epoch
+            tokens = dict(assignment.fencing_tokens)
+            tokens_changed = tokens != self.fencing_tokens
+            self.fencing_tokens = tokens
             if stop_c or stop_t:
                 log.info(
                     "stopping",
@@ -132,18 +153,20 @@ class Runner:
                 self.connectors -= stop_c
                 self.tasks -= stop_t
             if start_c or start_t:
+                started = _names(start_c, start_t)
                 log.info(
                     "starting",
                     extra=logs.fields(
                         event="worker_started",
                         member_epoch=assignment.member_epoch,
-                        **_names(start_c, start_t),
+                        **started,
+                        fencing_tokens=_tokens_of(started, tokens),
                     ),
                 )
                 self.connectors |= start_c
                 self.tasks |= start_t
             changed = bool(stop_c or stop_t or start_c or start_t)
-            if changed or epoch_changed:
+            if changed or epoch_changed or tokens_changed:
                 self._log_running_locked(f"member epoch {assignment.member_epoch}")
             return changed
 
@@ -161,6 +184,7 @@ class Runner:
                     ),
                 )
                 self.connectors, self.tasks = frozenset(), frozenset()
+                self.fencing_tokens = {}
                 self._log_running_locked(why)
 
     def running(self) -> tuple[frozenset[str], frozenset[TaskName]]:
@@ -168,6 +192,7 @@ class Runner:
             return self.connectors, self.tasks
 
     def _log_running_locked(self, why: str) -> None:
+        running = _names(self.connectors, self.tasks)
         log.info(
             "running %d connector(s), %d task(s)",
             len(self.connectors),
@@ -176,7 +201,8 @@ class Runner:
                 event="worker_running",
                 member_epoch=self.member_epoch,
                 reason=why,
-                **_names(self.connectors, self.tasks),
+                **running,
+                fencing_tokens=_tokens_of(running, self.fencing_tokens),
             ),
         )
 

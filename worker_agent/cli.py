@@ -29,8 +29,15 @@ from connect_protocol.tls import (
 )
 
 from .assignors import PROTOCOLS, assignors_for_protocol
-from .hooks import ExecHookListener, WebhookListener
-from .listener import CallbackListener, CompositeListener, RebalanceEvent, WorkerRebalanceListener
+from .hooks import DEFAULT_WEBHOOK_CONCURRENCY, ExecHookListener, WebhookListener
+from .listener import (
+    RELEASE_MODES,
+    CallbackListener,
+    CompositeListener,
+    RebalanceEvent,
+    WorkerRebalanceListener,
+)
+from .membership import RELEASE_HEARTBEAT_GAP_MS
 from .runtime import Agent, AgentSettings
 from .status import StatusServer
 
@@ -102,8 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--exec-hook",
         default=_env("EXEC_HOOK", None),
-        help="command run on every revocation and assignment, the event as JSON on stdin; "
-        "exit 0 = done (WORKER_AGENT_EXEC_HOOK)",
+        help="command run on every revocation and assignment, the event as JSON on stdin "
+        '(DESIGN 2.3\'s object plus "fencing_tokens" and "release"); exit 0 = done '
+        "(WORKER_AGENT_EXEC_HOOK)",
     )
     run.add_argument(
         "--hook-timeout-s",
@@ -117,6 +125,27 @@ def _parser() -> argparse.ArgumentParser:
         default=_env("WEBHOOK", None),
         help="URL POSTed the event as JSON on every revocation and assignment; 2xx = done "
         "(WORKER_AGENT_WEBHOOK)",
+    )
+    run.add_argument(
+        "--release",
+        choices=RELEASE_MODES,
+        default=_env("RELEASE", "batch"),
+        help="how the exec hook and the webhook report a revocation done (WORKER_AGENT_RELEASE; "
+        "default batch). batch: the whole revoked event when the call succeeds. per-resource: "
+        "each resource as soon as it has stopped, so its next owner can start it while the rest "
+        'still stop; the exec hook writes one line {"released": {"connectors": [...], "tasks": '
+        '[{"connector", "task"}]}} to stdout per stopped resource (exit 0 releases the rest, a '
+        "failure only what it reported), the webhook gets one revoked POST per resource "
+        "(released on its 2xx). The agent reports releases to the coordinator promptly, at "
+        f"most one extra heartbeat per {RELEASE_HEARTBEAT_GAP_MS} ms. The event JSON's "
+        '"release" key says the mode.',
+    )
+    run.add_argument(
+        "--webhook-concurrency",
+        type=int,
+        default=_env("WEBHOOK_CONCURRENCY", DEFAULT_WEBHOOK_CONCURRENCY),
+        help="with --release per-resource: at most this many revoked POSTs at a time "
+        f"(WORKER_AGENT_WEBHOOK_CONCURRENCY; default {DEFAULT_WEBHOOK_CONCURRENCY})",
     )
     run.add_argument(
         "--status-port",
@@ -164,10 +193,19 @@ def build_listener(args: argparse.Namespace) -> WorkerRebalanceListener:
     listeners: list[WorkerRebalanceListener] = []
     if args.exec_hook:
         listeners.append(
-            ExecHookListener(shlex.split(args.exec_hook), timeout_s=args.hook_timeout_s)
+            ExecHookListener(
+                shlex.split(args.exec_hook), timeout_s=args.hook_timeout_s, release=args.release
+            )
         )
     if args.webhook:
-        listeners.append(WebhookListener(args.webhook, timeout_s=args.hook_timeout_s))
+        listeners.append(
+            WebhookListener(
+                args.webhook,
+                timeout_s=args.hook_timeout_s,
+                release=args.release,
+                concurrency=args.webhook_concurrency,
+            )
+        )
     if not listeners:
         return CallbackListener(on_revoked=_log_only, on_assigned=_log_only)
     return listeners[0] if len(listeners) == 1 else CompositeListener(listeners)
@@ -192,6 +230,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.rebalance_timeout_ms <= 0:
         print("worker-agent: --rebalance-timeout-ms must be positive", file=sys.stderr)
+        return 2
+    if args.release not in RELEASE_MODES:  # from the environment: argparse checks only flags
+        print(
+            f"worker-agent: --release (WORKER_AGENT_RELEASE) must be one of {RELEASE_MODES}, "
+            f"not {args.release!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.webhook_concurrency < 1:
+        print("worker-agent: --webhook-concurrency must be at least 1", file=sys.stderr)
         return 2
     if not 0 < args.max_message_bytes <= MAX_GRPC_MESSAGE_BYTES:
         print(

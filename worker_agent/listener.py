@@ -7,9 +7,19 @@ calls a listener through `call_with_retry`, which retries with backoff and logs 
 loudly, so a failing or hanging listener leaves the revocation unacknowledged and the
 coordinator's rebalance timeout bounds it (DESIGN 3.13).
 
+Per-resource release (DESIGN 3.11 "Partial release"): while `on_revoked` runs, the listener may
+call `event.release(...)` for resources it has already stopped. The agent acknowledges each at once
+(the owned list it reports shrinks resource by resource), so their next owner may start them
+before the rest of the batch has stopped. Returning from `on_revoked` still releases whatever is
+left, so a listener that never calls `release` behaves exactly as before (one acknowledgement per
+batch). A retry after a failure is called with the unreleased remainder only.
+
+Fencing tokens (DESIGN 3.18): every event carries `fencing_tokens`, the token of each of its
+resources (on `assigned`, the tokens to pass with every write those resources make).
+
 Adapters: `CallbackListener` (Python callables, in-process), `CompositeListener` (several in
 order), and in `worker_agent.hooks` the exec hook and the webhook, which receive
-`RebalanceEvent.to_json()`.
+`RebalanceEvent.to_json()` (plus the hook's `release` mode).
 """
 
 from __future__ import annotations
@@ -18,17 +28,21 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.tokens import NO_TOKENS, FencingTokens, Resource
 
 __all__ = [
+    "RELEASE_MODES",
     "CallbackListener",
     "CompositeListener",
     "EventKind",
     "ListenerFailed",
     "RebalanceEvent",
+    "ReleaseMode",
+    "Releaser",
     "WorkerRebalanceListener",
     "call_with_retry",
     "dispatch",
@@ -36,6 +50,33 @@ __all__ = [
 
 EventKind = Literal["revoked", "assigned"]
 _EVENT_KINDS: tuple[EventKind, ...] = ("revoked", "assigned")
+
+#: How an out-of-process listener (exec hook, webhook) reports a revocation done: `batch`, the
+#: whole event at once when it succeeds (the default, DESIGN 2.3), or `per-resource`, each
+#: resource as soon as it has stopped (see `worker_agent.hooks`).
+ReleaseMode = Literal["batch", "per-resource"]
+RELEASE_MODES: tuple[ReleaseMode, ...] = ("batch", "per-resource")
+
+#: What the agent gives a revoked event: called with resources of the event that have stopped.
+Releaser = Callable[[ResourceSet], None]
+
+
+def _as_resource_set(items: Iterable[Resource | ResourceSet]) -> ResourceSet:
+    connectors: set[str] = set()
+    tasks: set[TaskId] = set()
+    for item in items:
+        if isinstance(item, ResourceSet):
+            connectors.update(item.connectors)
+            tasks.update(item.tasks)
+        elif isinstance(item, TaskId):
+            tasks.add(item)
+        elif isinstance(item, str):
+            connectors.add(item)
+        else:
+            raise TypeError(
+                f"release() takes connector names, TaskIds or ResourceSets, not {item!r}"
+            )
+    return ResourceSet(frozenset(connectors), frozenset(tasks))
 
 
 @dataclass(frozen=True)
@@ -50,6 +91,12 @@ class RebalanceEvent:
             `assigned`, the epoch at which it received them.
         connectors: the connectors concerned (sorted when built by `from_resources`).
         tasks: the tasks concerned (sorted when built by `from_resources`).
+        fencing_tokens: the fencing token of each resource concerned (DESIGN 3.18): for
+            `assigned`, the tokens to pass with every write these resources make to a system
+            that checks them; for `revoked`, the tokens they ran under. Empty when the
+            coordinator sent none.
+        releaser: set by the agent on `revoked` events; `release` calls it. Not part of the
+            event's value (ignored by `==` and `repr`).
     """
 
     event: EventKind
@@ -58,6 +105,8 @@ class RebalanceEvent:
     member_epoch: int
     connectors: tuple[str, ...] = ()
     tasks: tuple[TaskId, ...] = ()
+    fencing_tokens: FencingTokens = NO_TOKENS
+    releaser: Releaser | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.event not in _EVENT_KINDS:
@@ -72,8 +121,11 @@ class RebalanceEvent:
         group_id: str,
         member_id: str,
         member_epoch: int,
+        fencing_tokens: FencingTokens = NO_TOKENS,
+        releaser: Releaser | None = None,
     ) -> RebalanceEvent:
-        """The event for `resources`, connectors and tasks sorted."""
+        """The event for `resources`, connectors and tasks sorted, with the tokens of those
+        resources among `fencing_tokens`."""
         return cls(
             event=event,
             group_id=group_id,
@@ -81,6 +133,8 @@ class RebalanceEvent:
             member_epoch=member_epoch,
             connectors=tuple(resources.sorted_connectors()),
             tasks=tuple(resources.sorted_tasks()),
+            fencing_tokens=fencing_tokens.restricted(resources) if fencing_tokens else NO_TOKENS,
+            releaser=releaser,
         )
 
     @property
@@ -88,8 +142,53 @@ class RebalanceEvent:
         """The connectors and tasks concerned, as a `ResourceSet`."""
         return ResourceSet.of(self.connectors, self.tasks)
 
+    def release(self, *resources: Resource | ResourceSet) -> None:
+        """On a `revoked` event: these of the event's resources have stopped, acknowledge them
+        now rather than when `on_revoked` returns (DESIGN 3.11, partial release).
+
+        Call it only once a resource has really stopped: the coordinator may give it to its
+        next owner at once. Takes connector names, `TaskId`s and `ResourceSet`s; releasing a
+        resource twice is harmless, and so is calling it from another thread while `on_revoked`
+        runs. Calls after `on_revoked` has returned are ignored (the whole batch is released by
+        then). On an event the agent did not build (e.g. in a test) it only checks its
+        arguments.
+
+        Raises:
+            ValueError: on an `assigned` event, or for a resource this event does not revoke
+                (acknowledging work the listener was not asked to stop would be a lie).
+        """
+        if self.event != "revoked":
+            raise ValueError("release() is for revoked events only")
+        released = _as_resource_set(resources)
+        outside = released - self.resources
+        if outside:
+            raise ValueError(
+                f"release() of resources this event does not revoke: {outside.describe()}"
+            )
+        if released and self.releaser is not None:
+            self.releaser(released)
+
+    def only(self, resources: ResourceSet) -> RebalanceEvent:
+        """The same event for those of its resources in `resources` (tokens likewise), with the
+        same releaser: e.g. one webhook call per resource."""
+        kept = self.resources & resources
+        return replace(
+            self,
+            connectors=tuple(kept.sorted_connectors()),
+            tasks=tuple(kept.sorted_tasks()),
+            fencing_tokens=self.fencing_tokens.restricted(kept)
+            if self.fencing_tokens
+            else NO_TOKENS,
+        )
+
+    def without_releaser(self) -> RebalanceEvent:
+        """The same event whose `release` acknowledges nothing early."""
+        return self if self.releaser is None else replace(self, releaser=None)
+
     def to_json(self) -> dict[str, object]:
-        """DESIGN 2.3's object, what exec hooks and webhooks receive; lists sorted."""
+        """DESIGN 2.3's object, what exec hooks and webhooks receive; lists sorted. Extended
+        (never changed) by later decisions: `fencing_tokens` (DESIGN 3.18), shaped
+        `{"connectors": {name: token}, "tasks": [{"connector", "task", "token"}]}`."""
         return {
             "event": self.event,
             "group_id": self.group_id,
@@ -97,6 +196,7 @@ class RebalanceEvent:
             "member_epoch": self.member_epoch,
             "connectors": sorted(self.connectors),
             "tasks": [{"connector": t.connector, "task": t.task} for t in sorted(self.tasks)],
+            "fencing_tokens": self.fencing_tokens.to_json(),
         }
 
 
@@ -110,7 +210,10 @@ class WorkerRebalanceListener(Protocol):
     """
 
     def on_revoked(self, event: RebalanceEvent) -> None:
-        """Stop running `event`'s connectors and tasks; return only once they have stopped."""
+        """Stop running `event`'s connectors and tasks; return only once they have stopped.
+
+        May call `event.release(...)` for each resource as soon as it has stopped (optional).
+        """
 
     def on_assigned(self, event: RebalanceEvent) -> None:
         """Start running `event`'s connectors and tasks."""
@@ -176,14 +279,19 @@ class CompositeListener:
 
     The first failure propagates and the rest are not called; a retry calls them all again from
     the first (they are idempotent, see `WorkerRebalanceListener`).
+
+    A resource has stopped only once every listener has stopped it, so only the last listener's
+    `event.release` calls take effect (every earlier one has returned by then); the others get
+    the event without its releaser.
     """
 
     def __init__(self, listeners: Iterable[WorkerRebalanceListener]) -> None:
         self.listeners: tuple[WorkerRebalanceListener, ...] = tuple(listeners)
 
     def on_revoked(self, event: RebalanceEvent) -> None:
-        for listener in self.listeners:
-            listener.on_revoked(event)
+        last = len(self.listeners) - 1
+        for i, listener in enumerate(self.listeners):
+            listener.on_revoked(event if i == last else event.without_releaser())
 
     def on_assigned(self, event: RebalanceEvent) -> None:
         for listener in self.listeners:

@@ -12,6 +12,19 @@ In eager mode (`connect.protocol=eager`) the worker stops everything it runs whe
 its assignment changes, reports that it runs nothing, and only then starts its new share: today's
 stop-the-world, kept as the baseline.
 
+Partial release (DESIGN 3.11): while a cooperative revocation is being stopped, the runtime may
+report resources of it as stopped one by one (`work_released`). Each is dropped from what the
+member reports as owned at once, and a heartbeat carrying the shrunk owned list is sent promptly
+but coalesced: no sooner than `RELEASE_HEARTBEAT_GAP_MS` after the previous heartbeat was sent
+(at once if that was longer ago), never while one is in flight, and not during a retry backoff.
+So a burst of releases costs at most one extra heartbeat per gap. The end of the whole stop
+(`work_stopped`) is acknowledged at once, as before. Stops for any other reason (eager, leaving,
+lost membership, a fatal error) take no partial releases: they are acknowledged when done.
+
+Fencing tokens (DESIGN 3.18): the machine keeps the token of every resource it is assigned or
+runs (`tokens`), replaced by the tokens each new assignment carries and kept for resources an
+assignment without a token for them keeps; `StartWork` and `StopWork` carry their resources' tokens.
+
 Times are milliseconds of a monotonic clock the runtime passes in.
 """
 
@@ -31,8 +44,13 @@ from connect_protocol.messages import (
     HeartbeatResponse,
 )
 from connect_protocol.resources import EMPTY, ResourceSet
+from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
 MIN_RETRY_BACKOFF_MS = 50
+#: After a partial release, the next heartbeat goes out this long after the previous one was
+#: sent at the earliest (at once if that is past): a burst of releases coalesces into at most
+#: one extra heartbeat per this many milliseconds.
+RELEASE_HEARTBEAT_GAP_MS = 20
 MAX_RETRY_BACKOFF_MS = 2_000
 FIND_COORDINATOR_ERRORS = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
@@ -84,11 +102,14 @@ class SendHeartbeat:
 
 @dataclass(frozen=True, slots=True)
 class StopWork:
-    """Stop these resources, calling the listener's on_revoked; report `work_stopped`."""
+    """Stop these resources, calling the listener's on_revoked; report `work_released` for
+    each part as it stops (optional) and `work_stopped` when all have."""
 
     resources: ResourceSet
     member_epoch: int
     reason: str
+    #: The fencing tokens the resources ran under (those known).
+    tokens: FencingTokens = NO_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +118,8 @@ class StartWork:
 
     resources: ResourceSet
     member_epoch: int
+    #: The fencing token of each resource (those the coordinator sent).
+    tokens: FencingTokens = NO_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +160,8 @@ class Membership:
     assigned: ResourceSet = EMPTY
     #: What the worker runs now (changed only when the runtime reports a stop or start).
     running: ResourceSet = EMPTY
+    #: The fencing token of each resource assigned or running (DESIGN 3.18).
+    tokens: FencingTokens = NO_TOKENS
     heartbeat_interval_ms: int = 0
     session_timeout_ms: int = 0
     #: When the request of the last successful response was sent (the self-fencing clock).
@@ -151,6 +176,9 @@ class Membership:
     _full_next: bool = True
     _last_sent: HeartbeatRequest | None = None
     _last_reported_owned: ResourceSet | None = None
+    #: Whether what runs changed since the last owned list sent only by partial releases (their
+    #: heartbeat is coalesced; anything else is reported at once).
+    _release_unreported: bool = False
     _failures: int = 0
     _stopping: StopWork | None = None
     _starting: StartWork | None = None
@@ -174,7 +202,7 @@ class Membership:
         to_stop = self._to_stop()
         if to_stop and self._stopping is None:  # first: stopping must never wait for a call
             reason = self._stop_reason()
-            self._stopping = StopWork(to_stop, self.epoch, reason)
+            self._stopping = StopWork(to_stop, self.epoch, reason, self._tokens_of(to_stop))
             actions.append(self._stopping)
         if self._find_requested is not None and not self._finding:
             self._finding = True
@@ -182,7 +210,7 @@ class Membership:
             self._find_requested = None
         to_start = self._to_start()
         if to_start and self._starting is None and self._stopping is None:
-            self._starting = StartWork(to_start, self.epoch)
+            self._starting = StartWork(to_start, self.epoch, self._tokens_of(to_start))
             actions.append(self._starting)
         if self._compute_requested and not self._computing and self.phase is Phase.MEMBER:
             self._computing = True
@@ -195,6 +223,7 @@ class Membership:
             self._last_sent = request
             if request.owned is not None:
                 self._last_reported_owned = request.owned
+                self._release_unreported = False
             actions.append(SendHeartbeat(request))
         return actions
 
@@ -253,16 +282,48 @@ class Membership:
             self._find_requested = f"{self._failures} heartbeats failed"
 
     def work_stopped(self, resources: ResourceSet, now_ms: int) -> None:
-        """The listener's on_revoked returned: acknowledge at once."""
+        """The listener's on_revoked returned: acknowledge at once. `resources` is the whole
+        StopWork's set (parts already released are simply dropped again)."""
         self.now_ms = now_ms
         self.running = self.running - resources
+        self._trim_tokens()
         self._stopping = None
+        self._release_unreported = False
         self._next_heartbeat_ms = now_ms
+
+    def work_released(self, resources: ResourceSet, now_ms: int) -> ResourceSet:
+        """Part of the stop in progress has stopped while the rest is still being stopped
+        (DESIGN 3.11, partial release): drop it from what runs and report that soon
+        (coalesced, see `RELEASE_HEARTBEAT_GAP_MS`).
+
+        Taken only during a cooperative revocation (a StopWork with reason "revoked", as a
+        member, not in eager mode); otherwise, and for resources outside the stop in progress or
+        already released, nothing changes: the stop is acknowledged as a whole by
+        `work_stopped`, as before.
+
+        Returns:
+            The resources released now (empty if none).
+        """
+        self.now_ms = now_ms
+        stop = self._stopping
+        if stop is None or not self._takes_partial_release(stop):
+            return EMPTY
+        released = resources & stop.resources & self.running
+        if not released:
+            return EMPTY
+        self.running = self.running - released
+        self._trim_tokens()
+        self._release_unreported = True
+        if self._failures == 0:  # else the retry backoff decides (it sends the full state)
+            due = max(now_ms, self._in_flight_sent_ms + RELEASE_HEARTBEAT_GAP_MS)
+            self._next_heartbeat_ms = min(self._next_heartbeat_ms, due)
+        return released
 
     def work_started(self, resources: ResourceSet, now_ms: int) -> None:
         self.now_ms = now_ms
         self.running = self.running | resources
         self._starting = None
+        self._release_unreported = False
         self._next_heartbeat_ms = now_ms  # report what it runs now
 
     def compute_done(self, now_ms: int) -> None:
@@ -294,6 +355,34 @@ class Membership:
         self.phase = Phase.LEFT
 
     # --- internals -----------------------------------------------------------------------
+
+    def _takes_partial_release(self, stop: StopWork) -> bool:
+        return (
+            stop.reason == "revoked"
+            and self.phase is Phase.MEMBER
+            and not self.config.eager
+            and not self._eager_restart
+        )
+
+    def _tokens_of(self, resources: ResourceSet) -> FencingTokens:
+        return self.tokens.restricted(resources) if self.tokens else NO_TOKENS
+
+    def _trim_tokens(self) -> None:
+        """Forget the tokens of resources neither assigned nor running."""
+        if self.tokens:
+            self.tokens = self.tokens.restricted(self.assigned | self.running)
+
+    def _take_tokens(self, assignment: ResourceSet, sent: FencingTokens) -> None:
+        """A new assignment: its tokens; for resources it keeps but carries no token for, the
+        token known; for resources still running outside it (being revoked), the token they ran
+        under."""
+        kept = self.tokens.restricted(assignment | self.running) if self.tokens else NO_TOKENS
+        if not sent:
+            self.tokens = kept
+            return
+        merged = dict(kept)
+        merged.update(sent.restricted(assignment))
+        self.tokens = FencingTokens(merged)
 
     def _to_stop(self) -> ResourceSet:
         if self.phase in (Phase.REJOINING, Phase.LEAVING, Phase.STOPPING, Phase.LEFT):
@@ -459,6 +548,8 @@ class Membership:
         if self.config.eager:
             self._eager_on_answer(sent, previous_epoch, new_assignment)
         if new_assignment is not None:
+            assert resp.assignment is not None
+            self._take_tokens(new_assignment, resp.assignment.tokens)
             self.assigned = new_assignment
         if resp.error_code is ErrorCode.COMPUTE_ASSIGNMENT and not self._computing:
             self._compute_requested = True  # (repeats while computing are not replayed)
@@ -474,8 +565,11 @@ class Membership:
         self._next_heartbeat_ms = self.now_ms + self.heartbeat_interval_ms
         if self.owned != self._last_reported_owned:
             # What it runs changed while this heartbeat was on its way (a stop or start
-            # finished): report it at once rather than an interval later.
+            # finished): report it at once rather than an interval later (partial releases
+            # alone: once the coalescing gap since this heartbeat was sent has passed).
             self._next_heartbeat_ms = self.now_ms
+            if self._release_unreported:
+                self._next_heartbeat_ms = max(self.now_ms, sent_ms + RELEASE_HEARTBEAT_GAP_MS)
 
     def _eager_on_answer(
         self, sent: HeartbeatRequest, previous_epoch: int, new_assignment: ResourceSet | None

@@ -7,10 +7,16 @@ deadline), asks FindCoordinator and reconnects. Listener calls run on a work thr
 retries (a failing hook leaves its revocation unacknowledged, DESIGN 2.3); an assignment
 computation (Prepare, assign, Install) runs on a thread of its own, so heartbeats go on while
 either is busy. Every access to the machine holds one lock.
+
+A revoked event carries a releaser: the listener's `event.release(...)` (from any thread) reports
+resources stopped while the rest of the batch is still stopping; the machine acknowledges them at
+once (DESIGN 3.11, partial release), and a retry after a failure is called with the unreleased
+remainder only.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -18,6 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from connect_protocol import logs
 from connect_protocol import wire as protocol_wire
 from connect_protocol.errors import ErrorCode
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
@@ -27,7 +34,14 @@ from connect_protocol.tls import ClientTls
 
 from .assigning import AssignmentComputation
 from .assignor import ConnectAssignor
-from .listener import EventKind, RebalanceEvent, WorkerRebalanceListener, call_with_retry, dispatch
+from .listener import (
+    EventKind,
+    RebalanceEvent,
+    Releaser,
+    WorkerRebalanceListener,
+    call_with_retry,
+    dispatch,
+)
 from .membership import (
     Action,
     ComputeAssignment,
@@ -293,8 +307,8 @@ class Agent:
             )
         ):
             with self._lock:
-                running = self.machine.running
-            self.status.update(epoch, running)
+                running, tokens = self.machine.running, self.machine.tokens
+            self.status.update(epoch, running, tokens)
 
     def _on_assignment(self, assignment: ResourceSet) -> None:
         for assignor in self.settings.assignors:
@@ -312,19 +326,35 @@ class Agent:
 
     def _listen(self, action: StopWork | StartWork) -> None:
         kind: EventKind = "revoked" if isinstance(action, StopWork) else "assigned"
-        event = RebalanceEvent.from_resources(
-            kind,
-            action.resources,
-            group_id=self.settings.group_id,
-            member_id=self.settings.member_id,
-            member_epoch=action.member_epoch,
-        )
+        batch = _Batch(action.resources)
+        releaser: Releaser | None = None
+        if isinstance(action, StopWork):
+            releaser = functools.partial(self._release, action, batch)
+
+        def attempt() -> None:
+            with self._lock:
+                remaining = batch.remaining
+            if not remaining:
+                return  # everything was released by an earlier, failed, attempt
+            dispatch(
+                self.listener,
+                RebalanceEvent.from_resources(
+                    kind,
+                    remaining,
+                    group_id=self.settings.group_id,
+                    member_id=self.settings.member_id,
+                    member_epoch=action.member_epoch,
+                    fencing_tokens=action.tokens,
+                    releaser=releaser,
+                ),
+            )
+
         if isinstance(action, StopWork):
             log.info("stopping (%s): %s", action.reason, _describe(action.resources))
         else:
             log.info("starting: %s", _describe(action.resources))
         done = call_with_retry(
-            lambda: dispatch(self.listener, event),
+            attempt,
             what=f"listener on_{kind} at epoch {action.member_epoch}",
             stop=self._abandon,
             initial_backoff_s=self.settings.listener_initial_backoff_s,
@@ -334,15 +364,59 @@ class Agent:
         if not done:
             return
         with self._lock:
+            batch.finished = True
             now = self._clock_ms()
             if isinstance(action, StopWork):
                 self.machine.work_stopped(action.resources, now)
             else:
                 self.machine.work_started(action.resources, now)
-            epoch, running = self.machine.epoch, self.machine.running
+            epoch, running, tokens = self.machine.epoch, self.machine.running, self.machine.tokens
         if self.status is not None:
-            self.status.update(epoch, running)
+            self.status.update(epoch, running, tokens)
         self._wake.set()
+
+    def _release(self, action: StopWork, batch: _Batch, resources: ResourceSet) -> None:
+        """The listener's `event.release(resources)`: part of `action` has stopped."""
+        with self._lock:
+            if batch.finished:
+                return  # on_revoked has returned: the whole batch is released already
+            fresh = resources & batch.remaining
+            if not fresh:
+                return
+            batch.remaining = batch.remaining - fresh
+            left = len(batch.remaining)
+            acknowledged = self.machine.work_released(fresh, self._clock_ms())
+            epoch, running, tokens = self.machine.epoch, self.machine.running, self.machine.tokens
+        extra = logs.fields(
+            event="partial_release",
+            released=list(fresh.names()),
+            left=left,
+            acknowledged=bool(acknowledged),
+            member_epoch=action.member_epoch,
+        )
+        if acknowledged:
+            log.info(
+                "released %s (%s at epoch %d): stopped and acknowledged; %d of %d left to stop",
+                _describe(fresh),
+                action.reason,
+                action.member_epoch,
+                left,
+                len(action.resources),
+                extra=extra,
+            )
+        else:
+            log.info(
+                "stopped %s (%s): acknowledged with the rest of the batch; %d of %d left to stop",
+                _describe(fresh),
+                action.reason,
+                left,
+                len(action.resources),
+                extra=extra,
+            )
+        if acknowledged:
+            if self.status is not None:
+                self.status.update(epoch, running, tokens)
+            self._wake.set()
 
     # --- assignment ------------------------------------------------------------------------
 
@@ -353,6 +427,16 @@ class Agent:
             with self._lock:
                 self.machine.compute_done(self._clock_ms())
             self._wake.set()
+
+
+class _Batch:
+    """What is left of one listener call's resources (guarded by the agent's lock)."""
+
+    __slots__ = ("finished", "remaining")
+
+    def __init__(self, resources: ResourceSet) -> None:
+        self.remaining = resources
+        self.finished = False
 
 
 def _describe(resources: ResourceSet) -> str:

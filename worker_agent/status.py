@@ -4,7 +4,10 @@ A small threaded HTTP server (stdlib only). The agent calls `update` whenever wh
 run changes and `set_not_ready` when it stops being a member (fenced, leaving); the worker reads:
 
 - ``GET /assignment``: 200, ``{"group_id", "member_id", "member_epoch", "connectors",
-  "tasks": [{"connector", "task"}], "ready"}`` (lists sorted; epoch 0 before the first update).
+  "tasks": [{"connector", "task"}], "fencing_tokens", "ready"}`` (lists sorted; epoch 0 before
+  the first update). ``fencing_tokens`` (DESIGN 3.18) is the token of each resource listed,
+  ``{"connectors": {name: token}, "tasks": [{"connector", "task", "token"}]}`` (empty when the
+  coordinator sent none).
 - ``GET /ready`` (or ``/readyz``): 200 ``ready`` after the first `update`, else 503 with the reason.
 - ``GET /healthz``: 200 while the process serves.
 - ``GET /watch``: server-sent events; the current state at once as ``event: assignment`` with the
@@ -26,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from connect_protocol.resources import EMPTY, ResourceSet
+from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
 __all__ = ["StatusServer"]
 
@@ -63,6 +67,7 @@ class StatusServer:
         self._version = 0
         self._member_epoch = 0
         self._assignment: ResourceSet = EMPTY
+        self._tokens: FencingTokens = NO_TOKENS
         self._ready = False
         self._not_ready_reason = "no assignment received from the coordinator yet"
         self._closed = False
@@ -124,17 +129,26 @@ class StatusServer:
 
     # --- what the agent calls --------------------------------------------------------------
 
-    def update(self, member_epoch: int, assignment: ResourceSet) -> None:
-        """What the worker may run now, at `member_epoch`; the server becomes ready."""
+    def update(
+        self,
+        member_epoch: int,
+        assignment: ResourceSet,
+        fencing_tokens: FencingTokens = NO_TOKENS,
+    ) -> None:
+        """What the worker may run now, at `member_epoch`, with the fencing tokens of those
+        resources (others in `fencing_tokens` are left out); the server becomes ready."""
+        tokens = fencing_tokens.restricted(assignment) if fencing_tokens else NO_TOKENS
         with self._changed:
             if (
                 self._ready
                 and member_epoch == self._member_epoch
                 and assignment == self._assignment
+                and tokens == self._tokens
             ):
                 return
             self._member_epoch = member_epoch
             self._assignment = assignment
+            self._tokens = tokens
             self._ready = True
             self._not_ready_reason = ""
             self._version += 1
@@ -162,6 +176,7 @@ class StatusServer:
             "member_id": self.member_id,
             "member_epoch": self._member_epoch,
             **self._assignment.to_json(),
+            "fencing_tokens": self._tokens.to_json(),
             "ready": self._ready,
         }
 

@@ -12,6 +12,10 @@
  * Every line it prints on stdout is one JSON object with `ts` (Unix time in seconds, fractional)
  * and `event`; `start` and `stop` lines carry the resources: a resource may run from the `ts` of
  * the `start` line that names it until the `ts` of the `stop` line that names it.
+ *
+ * Fencing tokens (DESIGN 3.18): every assignment carries a token per resource; `assignment`,
+ * `start` and `stop` lines, and the objects handed to onStart/onStop, carry the tokens of their
+ * resources as `fencing_tokens: {connectors: {name: token}, tasks: [{connector, task, token}]}`.
  */
 
 const crypto = require('crypto');
@@ -75,6 +79,37 @@ function toCat(set) {
   };
 }
 
+/**
+ * The fencing tokens an assignment carries, as a Map from resource key to token. A token's
+ * `task` is a proto3 `optional`: present (the synthetic oneof `_task` says so) for a task,
+ * ABSENT for the connector's own token.
+ * @param {{connector: string, task?: number, _task?: string, token: number}[] | undefined} list
+ * @returns {Map<string, number>}
+ */
+function tokensFrom(list) {
+  const out = new Map();
+  (list || []).forEach((t) => {
+    const isTask = t._task !== undefined ? t._task === 'task' : typeof t.task === 'number';
+    out.set(JSON.stringify(isTask ? [t.connector, t.task] : [t.connector]), Number(t.token));
+  });
+  return out;
+}
+
+/**
+ * The tokens of `set` among `tokens`, in the agent's JSON shape.
+ * @param {Set<string>} set
+ * @param {Map<string, number>} tokens
+ */
+function tokensJson(set, tokens) {
+  const out = { connectors: {}, tasks: [] };
+  const { connectors, tasks } = toCat(new Set([...set].filter((k) => tokens.has(k))));
+  connectors.forEach((c) => (out.connectors[c] = tokens.get(JSON.stringify([c]))));
+  tasks.forEach(({ connector, task }) =>
+    out.tasks.push({ connector, task, token: tokens.get(JSON.stringify([connector, task])) }),
+  );
+  return out;
+}
+
 const minus = (/** @type {Set<string>} */ a, /** @type {Set<string>} */ b) =>
   new Set([...a].filter((x) => !b.has(x)));
 const union = (/** @type {Set<string>} */ a, /** @type {Set<string>} */ b) => new Set([...a, ...b]);
@@ -121,7 +156,9 @@ class Worker {
    *   as the coordinator's --max-message-bytes; gRPC's own receive default is only 4 MiB)
    * @param {string} [o.protoRoot]
    * @param {(r: object) => Promise<void> | void} [o.onStart] start these resources
+   *   ({connectors, tasks, fencing_tokens})
    * @param {(r: object) => Promise<void> | void} [o.onStop] stop these resources
+   *   ({connectors, tasks, fencing_tokens}: the tokens they ran under)
    * @param {(line: object) => void} [o.log] one JSON object per call (default: stdout)
    */
   constructor(o) {
@@ -143,6 +180,7 @@ class Worker {
     this.assigned = new Set(); // what the coordinator last said we may run
     this.running = new Set(); // what runs now (a resource being stopped still counts)
     this.starting = new Set(); // being started: reported as owned already
+    this.tokens = new Map(); // fencing token per resource assigned or running (DESIGN 3.18)
     this.busy = null; // the start or stop in progress (one at a time)
     this.fullNext = true; // send every field: on a join and after any error
     this.lastReported = null; // the owned list the last answered heartbeat carried
@@ -267,18 +305,27 @@ class Worker {
     }
   }
 
+  /** The resources as handed to onStart/onStop and logged: connectors, tasks, their tokens. */
+  described(resources) {
+    return { ...toCat(resources), fencing_tokens: tokensJson(resources, this.tokens) };
+  }
+
   async stopWork(resources, reason) {
     const epoch = this.epoch;
-    await this.retry(() => this.onStop(toCat(resources)), 'stop');
+    const what = this.described(resources);
+    await this.retry(() => this.onStop(what), 'stop');
     resources.forEach((r) => this.running.delete(r));
-    this.log('stop', { member_epoch: epoch, reason, ...toCat(resources) });
+    this.log('stop', { member_epoch: epoch, reason, ...what });
+    const keep = union(this.assigned, this.running);
+    [...this.tokens.keys()].filter((k) => !keep.has(k)).forEach((k) => this.tokens.delete(k));
     this.done(); // acknowledge at once: the next heartbeat no longer lists them
   }
 
   async startWork(resources) {
     this.starting = resources;
-    this.log('start', { member_epoch: this.epoch, ...toCat(resources) });
-    await this.retry(() => this.onStart(toCat(resources)), 'start');
+    const what = this.described(resources);
+    this.log('start', { member_epoch: this.epoch, ...what });
+    await this.retry(() => this.onStart(what), 'start');
     resources.forEach((r) => this.running.add(r));
     this.starting = new Set();
     this.done();
@@ -384,7 +431,18 @@ class Worker {
     if (resp.assignment) {
       // Present: the full set we may run now. Absent (null): keep what we have.
       this.assigned = toSet(resp.assignment.connectors_and_tasks);
-      this.log('assignment', { member_epoch: this.epoch, ...toCat(this.assigned) });
+      // Its tokens; a resource it keeps without a token keeps the one it had, and one still
+      // running outside it (being revoked) the one it ran under.
+      const sent = tokensFrom(resp.assignment.fencing_tokens);
+      const keep = union(this.assigned, this.running);
+      const tokens = new Map([...this.tokens].filter(([k]) => keep.has(k)));
+      sent.forEach((token, k) => this.assigned.has(k) && tokens.set(k, token));
+      this.tokens = tokens;
+      this.log('assignment', {
+        member_epoch: this.epoch,
+        ...toCat(this.assigned),
+        fencing_tokens: tokensJson(this.assigned, this.tokens),
+      });
     }
     if (resp.error_code === 'COMPUTE_ASSIGNMENT' && !this.computing) this.compute();
     if (keyOf(this.owned) !== this.lastReported) this.nextHeartbeatAt = Date.now();
@@ -599,6 +657,6 @@ function main(argv) {
   );
 }
 
-module.exports = { Worker, ASSIGNOR, loadServices };
+module.exports = { Worker, ASSIGNOR, loadServices, tokensFrom, tokensJson };
 
 if (require.main === module) main(process.argv.slice(2));

@@ -51,7 +51,7 @@ def test_hook_receives_the_event_json_on_stdin_and_its_kind_in_env(tmp_path: Pat
     recorded = json.loads(out.read_text())
     assert recorded["stdin"].endswith("\n")
     assert recorded["stdin"].count("\n") == 1
-    assert json.loads(recorded["stdin"]) == EVENT.to_json()
+    assert json.loads(recorded["stdin"]) == {**EVENT.to_json(), "release": "batch"}
     assert recorded["env"] == {
         "WORKER_AGENT_EVENT": "revoked",
         "WORKER_AGENT_GROUP_ID": "demo",

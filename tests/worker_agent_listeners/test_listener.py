@@ -46,6 +46,7 @@ def test_event_json_is_exactly_the_contract_object_with_sorted_lists() -> None:
             {"connector": "b", "task": 0},
             {"connector": "b", "task": 1},
         ],
+        "fencing_tokens": {"connectors": {}, "tasks": []},
     }
 
 
@@ -61,6 +62,7 @@ def test_event_json_sorts_even_when_built_unsorted() -> None:
         "member_epoch",
         "connectors",
         "tasks",
+        "fencing_tokens",
     ]
     assert data["connectors"] == ["y", "z"]
     assert data["tasks"] == [{"connector": "y", "task": 0}, {"connector": "z", "task": 1}]

@@ -94,6 +94,7 @@ def test_before_the_first_update_it_is_alive_but_not_ready(server: StatusServer)
             "member_epoch": 0,
             "connectors": [],
             "tasks": [],
+            "fencing_tokens": {"connectors": {}, "tasks": []},
             "ready": False,
         },
     )
@@ -112,6 +113,7 @@ def test_the_first_update_even_empty_makes_it_ready(server: StatusServer) -> Non
         "member_epoch": 1,
         "connectors": [],
         "tasks": [],
+        "fencing_tokens": {"connectors": {}, "tasks": []},
         "ready": True,
     }
 
@@ -130,6 +132,7 @@ def test_assignment_is_served_in_the_contract_shape_sorted(server: StatusServer)
                 {"connector": "a", "task": 1},
                 {"connector": "b", "task": 0},
             ],
+            "fencing_tokens": {"connectors": {}, "tasks": []},
             "ready": True,
         },
     )

@@ -81,7 +81,7 @@ def test_posts_the_event_json_and_succeeds_on_200(receiver: Receiver) -> None:
     assert (method, path) == ("POST", "/hooks/rebalance")
     assert headers["Content-Type"] == "application/json"
     assert headers["Authorization"] == "Bearer t0ken"
-    assert json.loads(body) == EVENT.to_json()
+    assert json.loads(body) == {**EVENT.to_json(), "release": "batch"}
 
 
 @pytest.mark.parametrize("status", [201, 202, 204])
