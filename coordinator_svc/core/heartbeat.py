@@ -437,11 +437,12 @@ class _Heartbeat:
             owned,
             free_in(member.member_id, change.connector_owner, change.task_owner),
         )
-        granted = after.assigned - member.assigned
-        if granted:
-            after = self.grant(after, granted)
-        elif after.tokens and after.assigned != member.assigned:
-            after = replace(after, tokens=after.tokens.restricted(after.assigned))
+        if after.assigned != member.assigned:  # O(1) when unchanged (the same sets)
+            granted = after.assigned - member.assigned
+            if granted:
+                after = self.grant(after, granted)
+            elif after.tokens:
+                after = replace(after, tokens=after.tokens.restricted(after.assigned))
         if after != member:
             change.put_member(after)
             self.record_transition(member, after)
