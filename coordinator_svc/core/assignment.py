@@ -6,7 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from connect_protocol.configs import SCHEDULED_REBALANCE_MAX_DELAY_MS
+from connect_protocol.configs import (
+    HEARTBEAT_INTERVAL_MS,
+    REBALANCE_WAVE_PAUSE_MS,
+    SCHEDULED_REBALANCE_MAX_DELAY_MS,
+)
 from connect_protocol.errors import (
     CoordinatorError,
     ErrorCode,
@@ -392,19 +396,30 @@ def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None)
             if change.member(member_id) is not None
         }
     old = change.target
+    # A lost-work delay is capped by scheduled.rebalance.max.delay.ms; the next wave by the
+    # longest of that, the wave pause and the heartbeat interval (a paced assignor waits for a
+    # delivery at least a heartbeat, then a pause), so that a delay of 0 cannot make it spin.
     max_delay = change.config_int(SCHEDULED_REBALANCE_MAX_DELAY_MS)
+    max_wave_delay = max(
+        max_delay,
+        change.config_int(REBALANCE_WAVE_PAUSE_MS),
+        change.config_int(HEARTBEAT_INTERVAL_MS),
+    )
 
-    def at(delay_ms: int) -> int | None:
-        return change.now_ms + min(delay_ms, max_delay) if delay_ms > 0 else None
+    def at(delay_ms: int, cap: int) -> int | None:
+        return change.now_ms + min(delay_ms, cap) if delay_ms > 0 else None
 
-    scheduled_at = at(req.scheduled_rebalance_delay_ms)
+    lost_at = at(req.lost_work_delay_ms, max_delay)
+    wave_at = at(req.next_wave_delay_ms, max_wave_delay)
+    reasons = [t for t in (lost_at, wave_at) if t is not None]
+    scheduled_at = min(reasons) if reasons else at(req.scheduled_rebalance_delay_ms, max_delay)
     new = TargetAssignment(
         assignment_epoch=req.group_epoch,
         members=MappingProxyType(entries),
         assignor_state=req.assignor_state,
         scheduled_rebalance_at_ms=scheduled_at,
-        lost_work_rebalance_at_ms=at(req.lost_work_delay_ms),
-        next_wave_at_ms=at(req.next_wave_delay_ms),
+        lost_work_rebalance_at_ms=lost_at,
+        next_wave_at_ms=wave_at,
     )
     if plan is not None:
         changed, moves, unassigned = list(plan.changed), plan.moves, plan.unassigned

@@ -190,3 +190,21 @@ def test_an_install_whose_delay_is_not_the_earlier_of_its_reasons_is_refused() -
 
     assert response.error_code is ErrorCode.INVALID_REQUEST
     assert "smaller of LostWorkDelayMs and NextWaveDelayMs" in response.error_message
+
+
+def test_a_next_wave_is_not_cut_short_by_a_max_delay_of_0() -> None:
+    """scheduled.rebalance.max.delay.ms caps lost-work delays; the next wave is capped by the
+    longest of it, the wave pause and the heartbeat interval, so a paced plan cannot spin."""
+    h = stable_group()
+    h.alter_configs({"scheduled.rebalance.max.delay.ms": "0", "rebalance.wave.pause.ms": "700"})
+    h.join("w3")
+    h.prepare("w1")
+
+    response = h.install(
+        "w1", {"w1": W1_SHARE, "w2": W2_SHARE}, delay_ms=600, next_wave_delay_ms=600
+    )
+
+    assert response.error_code is ErrorCode.NONE
+    assert h.state is not None
+    assert h.state.target.next_wave_at_ms == h.now_ms + 600
+    assert h.state.target.scheduled_rebalance_at_ms == h.now_ms + 600

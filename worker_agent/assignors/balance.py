@@ -4,18 +4,33 @@ Pure and deterministic: members are ordered by id and resources by name, so the 
 inputs never matters. Linear in members plus resources, apart from the sorts whose order shows
 in the result: the members by id, the resources handed out, and what a member above its quota
 gives up (only among that member's share, only as many as it gives up).
+
+Paced waves (DESIGN 3.18) split `balance_sorted` in two: `plan_surplus` says what each member
+above its quota would give up and how much of that it runs, and `balance_planned` carries the
+plan out with at most `limit` running resources given up (the most loaded members give first),
+reporting which running resources moved to whom. With no limit it is `balance_sorted` exactly.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from connect_protocol.resources import TaskId
 
-__all__ = ["TASK_ORDER", "balance", "balance_sorted", "place_sorted", "quotas"]
+__all__ = [
+    "TASK_ORDER",
+    "SurplusPlan",
+    "balance",
+    "balance_planned",
+    "balance_sorted",
+    "place_sorted",
+    "plan_surplus",
+    "quotas",
+]
 
 R = TypeVar("R", str, TaskId)
 
@@ -94,15 +109,98 @@ def balance_sorted(
     share holds; with `presorted`, that `pool` is already in name order. A member whose share
     does not change gets its own `shares` entry back (the same object, if it is a frozenset).
     """
+    plan = plan_surplus(ids, shares, len(pool), running)
+    out, _ = balance_planned(
+        ids, shares, pool, plan, key=key, presorted=presorted, distinct=distinct
+    )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SurplusPlan(Generic[R]):
+    """What balancing one kind of resource would take from whom (`plan_surplus`).
+
+    Attributes:
+        quota: each member's floor or ceiling.
+        givers: per member above its quota: how many it gives up, its whole share and the part
+            of it that it does not run (given up first, freely: nothing stops).
+        running: per giver, how many of the resources it gives up it runs (moving them stops
+            them there: the moves a paced wave counts), only those above 0.
+    """
+
+    quota: dict[str, int]
+    givers: dict[str, tuple[int, frozenset[R], frozenset[R]]]
+    running: dict[str, int]
+
+    @property
+    def running_total(self) -> int:
+        """How many running resources balancing would move, in all."""
+        return sum(self.running.values())
+
+
+def plan_surplus(
+    ids: Sequence[str],
+    shares: Mapping[str, Collection[R]],
+    pool_size: int,
+    running: Mapping[str, Collection[R]],
+) -> SurplusPlan[R]:
+    """The quotas for `shares` plus `pool_size` unassigned resources, and what each member above
+    its quota gives up: as many as it holds above it, those it does not run (`running`) first.
+    Linear in the givers' shares."""
     counts = {m: len(shares[m]) for m in ids}
-    quota = _quotas(ids, counts, len(pool) + sum(counts.values()))
-    given_up: dict[str, list[R]] = {}
+    quota = _quotas(ids, counts, pool_size + sum(counts.values()))
+    givers: dict[str, tuple[int, frozenset[R], frozenset[R]]] = {}
+    running_surplus: dict[str, int] = {}
     for member in ids:
         surplus = counts[member] - quota[member]
         if surplus > 0:
-            given = _surplus(shares[member], running.get(member, frozenset()), surplus, key)
+            whole: frozenset[R] = frozenset(shares[member])  # no copy if it is one already
+            spare: frozenset[R] = whole.difference(running.get(member, frozenset()))
+            givers[member] = (surplus, whole, spare)
+            if surplus > len(spare):
+                running_surplus[member] = surplus - len(spare)
+    return SurplusPlan(quota, givers, running_surplus)
+
+
+def balance_planned(
+    ids: Sequence[str],
+    shares: Mapping[str, Collection[R]],
+    pool: list[R],
+    plan: SurplusPlan[R],
+    *,
+    limit: int | None = None,
+    key: Callable[[R], Any] | None = None,
+    presorted: bool = False,
+    distinct: bool = True,
+) -> tuple[dict[str, frozenset[R]], dict[str, list[R]]]:
+    """Carry out `plan` (from `plan_surplus` over the same `ids`, `shares` and `len(pool)`):
+    the shares after balancing, and which running resources each receiver got (only computed
+    with a `limit`; `{}` without).
+
+    Without `limit`, `balance_sorted`. With one, the givers give up all they do not run but at
+    most `limit` resources they run, in all: one at a time from the most loaded giver (ties by
+    member id), each its highest names (the same ones an unlimited plan would take first); the
+    rest stay where they run, above their quota, for a later wave. Everything given up and the
+    pool still go, in name order, to the least loaded members below their quota. Costs
+    O(limit x log(givers)) more than `balance_sorted`, plus the pool for the receivers' report.
+    """
+    quota = plan.quota
+    counts = {m: len(shares[m]) for m in ids}
+    taking = plan.running if limit is None else _level_from_top(plan, limit)
+    given_up: dict[str, list[R]] = {}
+    moved: set[R] = set()
+    for member, (surplus, whole, spare) in plan.givers.items():
+        free = min(surplus, len(spare))
+        given = _highest(spare, free, key) if free < len(spare) else list(spare)
+        take = taking.get(member, 0)
+        if take:
+            stopping = _highest(whole - spare, take, key)
+            given.extend(stopping)
+            if limit is not None:
+                moved.update(stopping)
+        if given:
             given_up[member] = given
-            counts[member] -= surplus
+            counts[member] -= len(given)
             pool.extend(given)
             presorted = False
     if not distinct:
@@ -120,7 +218,30 @@ def balance_sorted(
             out[member] = frozenset(share).difference(given).union(got)
         else:
             out[member] = share
-    return out
+    report: dict[str, list[R]] = {}
+    if moved:
+        for member, got in received.items():
+            arrived = [r for r in got if r in moved]
+            if arrived:
+                report[member] = arrived
+    return out, report
+
+
+def _level_from_top(plan: SurplusPlan[R], limit: int) -> dict[str, int]:
+    """How many running resources each giver gives up when at most `limit` may move: one at a
+    time from the giver that would hold the most (ties by member id), so that the most loaded
+    are relieved first."""
+    if limit >= plan.running_total:
+        return plan.running
+    heap = [(-(plan.quota[m] + n), m) for m, n in plan.running.items()]
+    heapq.heapify(heap)
+    taking: dict[str, int] = {}
+    for _ in range(limit):
+        load, member = heapq.heappop(heap)
+        taking[member] = taking.get(member, 0) + 1
+        if taking[member] < plan.running[member]:
+            heapq.heappush(heap, (load + 1, member))
+    return taking
 
 
 def place_sorted(
@@ -174,20 +295,6 @@ def _fill_quotas(ids: Sequence[str], counts: Mapping[str, int], size: int) -> di
         left -= (ordered[below] - level) * below
         level = ordered[below]
     return {m: level + 1 if counts[m] <= level else counts[m] for m in ids}
-
-
-def _surplus(
-    share: Collection[R], mine: Collection[R], surplus: int, key: Callable[[R], Any] | None
-) -> list[R]:
-    """The `surplus` resources of `share` to give up: first those not in `mine` (not yet
-    running there), highest names first; then, if that is not enough, the highest of the rest."""
-    whole: frozenset[R] = frozenset(share)  # no copy if it is one already
-    spare: frozenset[R] = whole.difference(mine)
-    if len(spare) >= surplus:
-        return _highest(spare, surplus, key)
-    given = list(spare)
-    given.extend(_highest(whole - spare, surplus - len(spare), key))
-    return given
 
 
 def _highest(items: Collection[R], count: int, key: Callable[[R], Any] | None) -> list[R]:
