@@ -6,6 +6,7 @@ connectors, configs) in `admin_client`."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -224,12 +225,55 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="do not upgrade the schema on start (NO_MIGRATE=1)",
     )
     p.add_argument(
+        "--wait-for-schema",
+        nargs="?",
+        type=_wait_for_schema,
+        const=math.inf,
+        default=_env("WAIT_FOR_SCHEMA", None),
+        metavar="SECONDS",
+        help="do not migrate; if the schema is behind this code's head, wait (checking every "
+        "second, logging every 5 s) until a migration Job has brought it there, then start; "
+        "give up with exit code 2 after SECONDS if given (WAIT_FOR_SCHEMA=forever or seconds). "
+        "Without it, serve migrates itself, or with --no-migrate refuses to start (exit 2)",
+    )
+    p.add_argument(
+        "--allow-newer-schema",
+        action="store_true",
+        default=_env("ALLOW_NEWER_SCHEMA", "") not in ("", "0", "false"),
+        help="a schema ahead of this code's head (a newer release migrated the database) does "
+        "not make readiness NOT_SERVING: for a rollback onto a schema the previous release is "
+        "known to run on (ALLOW_NEWER_SCHEMA=1)",
+    )
+    p.add_argument(
         "--shutdown-grace-s",
         type=float,
         default=_env("SHUTDOWN_GRACE_S", 5.0),
         help="how long in-flight requests may finish on SIGTERM (SHUTDOWN_GRACE_S)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), help="(LOG_LEVEL)")
+
+
+_WAIT_FOREVER = ("forever", "true", "yes", "on", "inf")
+_WAIT_NOT = ("0", "false", "no", "off")
+
+
+def _wait_for_schema(value: str) -> float | None:
+    """--wait-for-schema's value: seconds (> 0), or `forever`; `0`/`false` (from the
+    environment): do not wait."""
+    text = value.strip().lower()
+    if text in _WAIT_FOREVER:
+        return math.inf
+    if text in _WAIT_NOT:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds (> 0) or 'forever', not {value!r} (WAIT_FOR_SCHEMA)"
+        )
+    return seconds
 
 
 #: The limits of `serve`: flag, environment variable, GroupConfigDefaults field, what it bounds.

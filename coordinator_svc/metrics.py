@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -90,6 +90,22 @@ class Metrics:
             ["rpc", "code"],
             registry=self.registry,
         )
+
+        self.ready = Gauge(
+            "coordinator_ready",
+            "1 while readiness is SERVING (the database answered within a lease and the schema "
+            "is this code's), else 0.",
+            registry=self.registry,
+        )
+        self.database_unanswered = Gauge(
+            "coordinator_database_unanswered_seconds",
+            "Seconds since the database last answered this process's readiness probe.",
+            registry=self.registry,
+        )
+
+    def observe_readiness(self, serving: bool, unanswered_s: float) -> None:
+        self.ready.set(1 if serving else 0)
+        self.database_unanswered.set(max(0.0, unanswered_s))
 
     def watch_groups(self, counts: GroupCounts) -> None:
         self.registry.register(_GroupCollector(counts))

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,7 @@ from .core.model import GroupConfigDefaults
 
 if TYPE_CHECKING:
     from .grpc_api.tls import ServerTls
+    from .store import SqlStore
 
 log = logging.getLogger("coordinator")
 
@@ -32,8 +35,9 @@ def serve(args: argparse.Namespace) -> int:
     from .runtime.authorizer import Authorizer
     from .runtime.groups import GroupManager
     from .runtime.quotas import PrincipalQuotas
+    from .runtime.readiness import ReadinessMonitor
     from .store import SqlStore
-    from .store.migrate import pending_revision
+    from .store.migrate import code_revisions
 
     logs.configure(args.log_level)
     host = args.host
@@ -61,18 +65,26 @@ def serve(args: argparse.Namespace) -> int:
         max_assignor_metadata_bytes=args.max_assignor_metadata_bytes,
         max_assignor_state_bytes=args.max_assignor_state_bytes,
     )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("shutting down", extra=logs.fields(event="shutdown", signal=signum))
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     store = SqlStore(
         args.database_url, owner_id=node_id, advertised_address=advertised, lease_ms=args.lease_ms
     )
-    if not args.no_migrate:
-        store.migrate()
-        log.info("schema is up to date", extra=logs.fields(event="migrated"))
-    else:
-        problem = pending_revision(args.database_url)
-        if problem is not None:
-            store.close()
-            print(f"coordinator-svc serve: {problem}", file=sys.stderr)
-            return 2
+    head, known = code_revisions()
+    try:
+        revisions = _prepare_schema(args, store, head, known, stop)
+    except BaseException:
+        store.close()
+        raise
+    if isinstance(revisions, int):
+        store.close()
+        return revisions
     metrics = Metrics()
     manager = GroupManager(store, defaults, metrics)
     tls = (
@@ -111,17 +123,20 @@ def serve(args: argparse.Namespace) -> int:
         store.close()
         raise
     port = server.port
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("shutting down", extra=logs.fields(event="shutdown", signal=signum))
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    readiness = ReadinessMonitor(
+        store.schema_revisions,
+        head=head,
+        known=known,
+        lease_s=args.lease_ms / 1000,
+        on_change=server.set_serving,
+        allow_newer_schema=args.allow_newer_schema,
+        on_tick=lambda answer, unanswered_s: metrics.observe_readiness(
+            answer.serving, unanswered_s
+        ),
+    )
     manager.start()
     server.start()
-    server.set_serving(True)
+    readiness.start(revisions)
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_host)
     log.info(
@@ -141,6 +156,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     while not stop.wait(1.0):
         pass
+    readiness.stop()
     server.set_serving(False)
     server.stop(args.shutdown_grace_s)
     authorizer.stop()
@@ -148,6 +164,115 @@ def serve(args: argparse.Namespace) -> int:
     store.close()
     log.info("stopped", extra=logs.fields(event="stopped"))
     return 0
+
+
+#: --wait-for-schema: how often the schema is read, and how often the wait is logged.
+SCHEMA_POLL_S = 1.0
+SCHEMA_WAIT_LOG_S = 5.0
+
+
+def _prepare_schema(
+    args: argparse.Namespace,
+    store: SqlStore,
+    head: str,
+    known: frozenset[str],
+    stop: threading.Event,
+) -> tuple[str, ...] | int:
+    """Bring the schema to where `serve` may start, by the flags: migrate it (the default), wait
+    for a migration Job (--wait-for-schema), or refuse (--no-migrate, exit 2) when it is behind
+    this code's head. A schema *ahead* of the code (a newer release migrated the database during
+    a rolling upgrade, or this is a rollback) is never touched and does not stop the start:
+    the process serves, with readiness NOT_SERVING unless --allow-newer-schema. Returns the
+    revisions found, or an exit code."""
+    from .runtime.readiness import SchemaStatus, classify_schema
+
+    if args.wait_for_schema is not None:
+        return _wait_for_schema(store, head, known, args.wait_for_schema, stop)
+    revisions = store.schema_revisions()
+    schema = classify_schema(revisions, head, known)
+    if schema.status is SchemaStatus.AHEAD:
+        _log_schema_ahead(schema.describe(), args.allow_newer_schema)
+        return revisions
+    if schema.status is SchemaStatus.BEHIND:
+        if args.no_migrate:
+            where = "not migrated at all" if not revisions else f"at revision {','.join(revisions)}"
+            print(
+                f"coordinator-svc serve: the database schema is {where}, not at {head}: run "
+                "`coordinator-svc migrate` first (or start with --wait-for-schema)",
+                file=sys.stderr,
+            )
+            return 2
+        store.migrate()
+        log.info("schema is up to date", extra=logs.fields(event="migrated", schema=head))
+        return store.schema_revisions()
+    return revisions
+
+
+def _wait_for_schema(
+    store: SqlStore, head: str, known: frozenset[str], timeout_s: float, stop: threading.Event
+) -> tuple[str, ...] | int:
+    """--wait-for-schema: read the schema every SCHEMA_POLL_S (an unreachable database is waited
+    for too) until it is at head, or ahead of it; log every SCHEMA_WAIT_LOG_S; exit code 2 after
+    `timeout_s`, 0 on SIGTERM."""
+    from .runtime.readiness import SchemaStatus, classify_schema
+    from .store import StoreUnavailable
+
+    started = time.monotonic()
+    next_log = started
+    limit = "no time limit" if timeout_s == math.inf else f"giving up after {timeout_s:g} s"
+    while True:
+        try:
+            revisions = store.schema_revisions()
+        except StoreUnavailable as error:
+            problem = str(error).strip().splitlines()[0]
+        else:
+            schema = classify_schema(revisions, head, known)
+            if schema.status is SchemaStatus.AT_HEAD:
+                log.info(
+                    "%s: starting after waiting %.1f s",
+                    schema.describe(),
+                    time.monotonic() - started,
+                    extra=logs.fields(event="schema_ready", schema=head),
+                )
+                return revisions
+            if schema.status is SchemaStatus.AHEAD:
+                _log_schema_ahead(schema.describe(), allowed=False)
+                return revisions
+            problem = schema.describe()
+        now = time.monotonic()
+        waited = now - started
+        if waited >= timeout_s:
+            message = f"gave up waiting for the schema after {waited:.0f} s: {problem}"
+            extra = logs.fields(event="schema_wait_timeout", problem=problem)
+            log.error("%s", message, extra=extra)
+            print(f"coordinator-svc serve: {message}", file=sys.stderr)
+            return 2
+        if now >= next_log:
+            log.info(
+                "waiting for the schema: %s; %.0f s so far, %s",
+                problem,
+                waited,
+                limit,
+                extra=logs.fields(event="schema_wait", problem=problem, waited_s=round(waited)),
+            )
+            next_log = now + SCHEMA_WAIT_LOG_S
+        if stop.wait(min(SCHEMA_POLL_S, timeout_s - waited)):
+            log.info("stopped while waiting for the schema", extra=logs.fields(event="stopped"))
+            return 0
+
+
+def _log_schema_ahead(described: str, allowed: bool) -> None:
+    consequence = (
+        "--allow-newer-schema: readiness ignores it"
+        if allowed
+        else "readiness stays NOT_SERVING until the schema and the code agree"
+    )
+    log.warning(
+        "%s: starting without migrating; %s",
+        described,
+        consequence,
+        extra=logs.fields(event="schema_ahead"),
+    )
 
 
 def _warn_about_security(args: argparse.Namespace, tls: ServerTls | None) -> None:

@@ -31,6 +31,13 @@ COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name[
     "ConnectGroupCoordinator"
 ].full_name
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_name
+#: Health service names. Readiness (may this process get new traffic: the database answered
+#: within a lease and the schema is this code's, `runtime.readiness`): the overall status "",
+#: each service's name, and "readiness". Liveness ("liveness"): SERVING for as long as the gRPC
+#: event loop answers; it never depends on the database, a group's lock or a pool thread.
+READINESS_SERVICE = "readiness"
+LIVENESS_SERVICE = "liveness"
+READINESS_NAMES = ("", READINESS_SERVICE, COORDINATOR_SERVICE, ADMIN_SERVICE)
 
 
 class CoordinatorServer:
@@ -117,7 +124,11 @@ class CoordinatorServer:
             self.identity,
             self.max_message_bytes,
         )
+        # Check is answered on the event loop from a dict: no lock, no thread, no database.
         health_servicer = health.aio.HealthServicer()
+        for name in READINESS_NAMES:  # until the first readiness answer (`set_serving`)
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
             (COORDINATOR_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -138,7 +149,8 @@ class CoordinatorServer:
         self._on_loop(self._server.start())
 
     def set_serving(self, serving: bool) -> None:
-        """Health (overall and per service): SERVING or NOT_SERVING."""
+        """Readiness (every name of READINESS_NAMES): SERVING or NOT_SERVING. Liveness is not
+        touched: it stays SERVING until the server stops."""
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
@@ -146,7 +158,7 @@ class CoordinatorServer:
         )
 
         async def set_all() -> None:
-            for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE):
+            for service in READINESS_NAMES:
                 await self._health.set(service, status)
 
         self._on_loop(set_all())

@@ -17,6 +17,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, make_url
 
+#: Alembic's table of applied revisions (its default name; env.py does not change it).
+VERSION_TABLE = "alembic_version"
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # coordinator_svc/
 
 
@@ -53,6 +55,26 @@ def upgrade_to_head(url: str | URL) -> None:
     """`alembic upgrade head` against `url` (safe to run from several processes at once on
     PostgreSQL: env.py serialises them with an advisory lock)."""
     command.upgrade(alembic_config(url), "head")
+
+
+def code_revisions() -> tuple[str, frozenset[str]]:
+    """This code's schema head and every revision its migrations define (a revision in the
+    database that is not among them was written by a newer release)."""
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    script = ScriptDirectory.from_config(config)
+    head = script.get_current_head()
+    if head is None:
+        raise RuntimeError(f"no migrations in {migrations_dir()}")
+    return head, frozenset(rev.revision for rev in script.walk_revisions())
+
+
+def read_revisions(conn: sa.Connection) -> tuple[str, ...]:
+    """The database's schema revisions (the rows of alembic_version; empty: never migrated)."""
+    if not sa.inspect(conn).has_table(VERSION_TABLE):
+        return ()
+    rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars()
+    return tuple(sorted(str(r) for r in rows))
 
 
 def pending_revision(url: str | URL) -> str | None:

@@ -27,7 +27,7 @@ from .acl_store import AclStore
 from .engine import Database
 from .errors import Lease, LeaseHolder, StoreUnavailable
 from .leases import Leases
-from .migrate import normalize_url, upgrade_to_head
+from .migrate import normalize_url, read_revisions, upgrade_to_head
 from .reads import GroupSummary, Reads
 from .state_writes import Plan, WriteStatements
 
@@ -76,6 +76,11 @@ class SqlStore:
             upgrade_to_head(self.url)
         except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
             raise StoreUnavailable(f"database unavailable: {error.orig}") from error
+
+    def schema_revisions(self) -> tuple[str, ...]:
+        """The database's schema revisions (empty: never migrated), read on the store's own
+        connections: what readiness probes. StoreUnavailable if the database does not answer."""
+        return self._db.retrying(False, read_revisions)
 
     def close(self) -> None:
         self._db.dispose()
