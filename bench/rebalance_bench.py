@@ -14,9 +14,20 @@ began and ended. Scenarios:
            the next one.
   scale    a WORKERS-worker group grows to SCALE_TO workers: the new workers are all started at
            once.
+  heavy    seed 002's Design III case: a HEAVY_WORKERS-worker group grows to HEAVY_SCALE_TO
+           workers (3 -> 6), with one heavy connector (`slow`, HEAVY_TASKS tasks that take
+           HEAVY_STOP_MS to stop) among LIGHT_CONNECTORS light ones (LIGHT_TASKS tasks each,
+           LIGHT_STOP_MS to stop); each listener call starts or stops its resources
+           concurrently, each in its own time. Run in variants instead of protocols (all
+           `sessioned`): `baseline` (today: batch release, no waves), `per-resource` (the
+           listener calls `event.release` as each resource stops, DESIGN 3.11), `waves`
+           (per-resource release and paced waves, rebalance.wave.max.resources /
+           rebalance.wave.pause.ms, DESIGN 3.18) and `reference` (no heavy connector: its tasks
+           stop in LIGHT_STOP_MS too; batch release). Not in the default --scenarios;
+           `--scenarios heavy` runs it alone.
 
-Each scenario and protocol runs REPEAT times, interleaved, each in a fresh group; the table shows
-medians with their range.
+Each scenario and protocol (or variant) runs REPEAT times, interleaved, each in a fresh group; the
+table shows medians with their range.
 
 The group is "quiet" when DescribeGroups says STABLE with the group epoch equal to the assignment
 epoch and no delayed rebalance pending, every expected member is present, STABLE, at that epoch,
@@ -35,8 +46,18 @@ Figures per protocol and scenario, over the window from the first disturbance to
 
 And one check over the whole run, set-up and tear-down included: no connector or task was ever
 held by two workers (or two incarnations of one worker) at once, where a worker holds a resource
-from the call of the on_assigned that starts it to the return of the on_revoked that stops it.
+from the call of the on_assigned that starts it to the return of the on_revoked that stops it (in
+the heavy scenario, whose listener stops each resource on its own, to that resource's stop).
 If that fails, or a group never converges, the run says so loudly and exits 1.
+
+The heavy scenario has its own table, one row per variant: per moved task, its time not running,
+from the call of the on_revoked that stops it on its old worker to the return of the on_assigned
+that starts it on its new one, as a distribution (median, p95 by nearest rank, max) over the
+moved tasks of all repeats, light and heavy tasks apart, with the light p95 against the baseline's
+and the reference's; the time to converge; the most resources in motion at once (by the
+listener calls, from on_revoked's call to on_assigned's call, and by the DescribeGroups polls,
+in some member's target and not yet in its current assignment); and how many light tasks,
+revoked in the same call as heavy ones, were not started until one of those had stopped.
 """
 
 from __future__ import annotations
@@ -45,6 +66,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import math
 import os
 import platform
 import signal
@@ -55,7 +77,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,18 +91,50 @@ for extra in (REPO, REPO / "generated"):
 import grpc  # noqa: E402
 from connect.group.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 
-from connect_protocol.resources import ResourceSet  # noqa: E402
+from connect_protocol.resources import ResourceSet, TaskId  # noqa: E402
 from tests.support.coordinator import CoordinatorProcess  # noqa: E402
 from worker_agent.assignors import assignors_for_protocol  # noqa: E402
-from worker_agent.listener import CallbackListener, RebalanceEvent  # noqa: E402
+from worker_agent.listener import (  # noqa: E402
+    CallbackListener,
+    RebalanceEvent,
+    WorkerRebalanceListener,
+)
 from worker_agent.membership import Membership, Phase  # noqa: E402
 from worker_agent.runtime import Agent, AgentSettings  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 PROTOCOLS = ("eager", "sessioned")
-SCENARIOS = ("restart", "scale")
-SCENARIO_TITLES = {"restart": "rolling restart", "scale": "scale-out"}
+SCENARIOS = ("restart", "scale", "heavy")
+DEFAULT_SCENARIOS = ("restart", "scale")
+SCENARIO_TITLES = {
+    "restart": "rolling restart",
+    "scale": "scale-out",
+    "heavy": "heavy connector scale-out",
+}
 DELAY_KEY = "scheduled.rebalance.max.delay.ms"
+WAVE_MAX_KEY = "rebalance.wave.max.resources"
+WAVE_PAUSE_KEY = "rebalance.wave.pause.ms"
+#: The heavy scenario's heavy connector. The assignor gives up the highest names first (DESIGN
+#: 3.8), and "slow" sorts after "light-*": its tasks leave each old worker with light ones.
+HEAVY_CONNECTOR = "slow"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way the heavy scenario runs."""
+
+    title: str
+    heavy: bool  # the heavy connector's tasks are slow to stop (else as light as the others)
+    per_resource: bool  # the listener releases each resource as it stops
+    waves: bool  # paced waves configured
+
+
+HEAVY_VARIANTS = {
+    "baseline": Variant("today: batch release, no waves", True, False, False),
+    "per-resource": Variant("per-resource release", True, True, False),
+    "waves": Variant("per-resource release + paced waves", True, True, True),
+    "reference": Variant("no heavy connector, batch release", False, False, False),
+}
 PG_SETTINGS = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 
 #: A resource: (connector, task number) for a task, (connector, -1) for the connector itself.
@@ -119,6 +173,9 @@ class Call:
     begin: float
     end: float
     keys: tuple[Key, ...]
+    #: When each of `keys` was done (the concurrent listener of the heavy scenario); empty: all
+    #: at `end`.
+    key_ends: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +189,8 @@ class Interval:
 class Intervals:
     """Per resource: when each worker incarnation held it and when it ran there."""
 
-    #: [on_assigned called, on_revoked returned]: the span in which it may be running there.
+    #: [on_assigned called, on_revoked returned (or, for the heavy scenario's listener, the
+    #: resource's own stop)]: the span in which it may be running there.
     held: dict[GroupKey, list[Interval]] = field(default_factory=dict)
     #: [on_assigned returned, on_revoked called]: the span in which it surely runs there.
     running: dict[GroupKey, list[Interval]] = field(default_factory=dict)
@@ -178,6 +236,60 @@ class Recorder:
             else:
                 running.difference_update(keys)
 
+    def concurrent_listener(
+        self,
+        owner: Owner,
+        stop_s: Callable[[Key], float],
+        start_s: float,
+        per_resource: bool,
+    ) -> CallbackListener:
+        """The heavy scenario's listener: a call starts (`start_s`) or stops (`stop_s(key)`) its
+        resources concurrently, each done at the call's start plus its own time (it sleeps to
+        each end in turn, shortest first: the timeline of one thread per resource); with
+        `per_resource`, on_revoked calls `event.release` for each resource as it is done."""
+        with self._lock:
+            self._running.setdefault(owner, set())
+
+        def call(event: RebalanceEvent) -> None:
+            self._concurrent_call(owner, event, stop_s, start_s, per_resource)
+
+        return CallbackListener(on_revoked=call, on_assigned=call)
+
+    def _concurrent_call(
+        self,
+        owner: Owner,
+        event: RebalanceEvent,
+        stop_s: Callable[[Key], float],
+        start_s: float,
+        per_resource: bool,
+    ) -> None:
+        keys = tuple(
+            [(c, -1) for c in event.connectors] + [(t.connector, t.task) for t in event.tasks]
+        )
+        revoked = event.event == "revoked"
+        with self._lock:
+            self._busy.add(owner)
+        begin = time.monotonic()
+        ends: dict[Key, float] = {}
+        for cost, key in sorted((stop_s(k) if revoked else start_s, k) for k in keys):
+            left = begin + cost - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+            ends[key] = time.monotonic()
+            if revoked and per_resource:
+                event.release(key[0] if key[1] < 0 else TaskId(key[0], key[1]))
+        end = time.monotonic()
+        with self._lock:
+            self.calls.append(
+                Call(owner, event.event, begin, end, keys, tuple(ends[k] for k in keys))
+            )
+            self._busy.discard(owner)
+            running = self._running[owner]
+            if revoked:
+                running.difference_update(keys)
+            else:
+                running.update(keys)
+
     def running(self, owner: Owner) -> tuple[frozenset[Key], bool]:
         """What the incarnation's listener has started and not stopped, and whether a listener
         call of it is under way."""
@@ -198,7 +310,7 @@ class Recorder:
             group = owner[0]
             open_: dict[Key, tuple[float, float]] = {}  # key -> (assign begin, assign end)
             for call in sorted(calls, key=lambda c: c.begin):
-                for key in call.keys:
+                for i, key in enumerate(call.keys):
                     gkey = (group, *key)
                     if call.kind == "assigned":
                         if key in open_:
@@ -216,7 +328,10 @@ class Recorder:
                             )
                             continue
                         a_begin, a_end = open_.pop(key)
-                        out.held.setdefault(gkey, []).append(Interval(owner, a_begin, call.end))
+                        # A resource released on its own is held until it stopped, not until
+                        # the call returned.
+                        stopped = call.key_ends[i] if call.key_ends else call.end
+                        out.held.setdefault(gkey, []).append(Interval(owner, a_begin, stopped))
                         out.running.setdefault(gkey, []).append(Interval(owner, a_end, call.begin))
             for key, (a_begin, a_end) in open_.items():
                 gkey = (group, *key)
@@ -302,11 +417,19 @@ def downtime(
 class Worker:
     """One worker: an Agent on a thread; restarted as a new Agent under the same member id."""
 
-    def __init__(self, bench: Bench, group: str, member_id: str, protocol: str) -> None:
+    def __init__(
+        self,
+        bench: Bench,
+        group: str,
+        member_id: str,
+        protocol: str,
+        make_listener: Callable[[Owner], WorkerRebalanceListener] | None = None,
+    ) -> None:
         self.bench = bench
         self.group = group
         self.member_id = member_id
         self.protocol = protocol
+        self.make_listener = make_listener or bench.recorder.listener
         self.incarnation = 0
         self.agent: Agent | None = None
         self.thread: threading.Thread | None = None
@@ -330,7 +453,7 @@ class Worker:
             rebalance_timeout_ms=a.rebalance_timeout_ms,
             eager=self.protocol == "eager",
         )
-        self.agent = Agent(settings, self.bench.recorder.listener(self.owner))
+        self.agent = Agent(settings, self.make_listener(self.owner))
         self.thread = threading.Thread(
             target=self._run, name=f"agent-{self.member_id}#{self.incarnation}", daemon=True
         )
@@ -409,6 +532,12 @@ class Run:
     epoch_before: int = 0
     epoch_after: int = 0
     figures: dict[str, Any] = field(default_factory=dict)
+    variant: str = ""  # the heavy scenario's variant
+
+    @property
+    def label(self) -> str:
+        how = self.variant or self.protocol
+        return f"{SCENARIO_TITLES[self.scenario]}, {how}, repeat {self.repeat}"
 
 
 # --- the benchmark ---------------------------------------------------------------------------
@@ -425,11 +554,17 @@ class Bench:
         self.state_dir = Path(args.state_dir) if args.state_dir else None
         self.recorder = Recorder(args.task_start_ms / 1000, args.task_stop_ms / 1000)
         self.catalogue = {f"conn-{i:02d}": args.tasks_per_connector for i in range(args.connectors)}
-        self.keys: frozenset[Key] = frozenset(
-            [(c, -1) for c in self.catalogue]
-            + [(c, t) for c, n in self.catalogue.items() for t in range(n)]
-        )
+        self.keys: frozenset[Key] = catalogue_keys(self.catalogue)
         self.task_keys = frozenset(k for k in self.keys if is_task(k))
+        self.heavy_catalogue = {
+            **{f"light-{i:02d}": args.light_tasks for i in range(args.light_connectors)},
+            HEAVY_CONNECTOR: args.heavy_tasks,
+        }
+        self.heavy_keys = catalogue_keys(self.heavy_catalogue)
+        #: The catalogue each group should run, where it is not `self.keys`.
+        self.group_keys: dict[str, frozenset[Key]] = {}
+        #: Per group being measured: the most resources in motion in one DescribeGroups poll.
+        self.motion_peak: dict[str, int] = {}
         self.runs: list[Run] = []
         self.store_info = ""
         self.started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -500,20 +635,34 @@ class Bench:
 
     # --- group set-up and observation ---
 
-    def create_group(self, group: str, delay_ms: int) -> None:
-        for name, tasks in sorted(self.catalogue.items()):
+    def create_group(
+        self,
+        group: str,
+        delay_ms: int,
+        catalogue: dict[str, int] | None = None,
+        configs: dict[str, str] | None = None,
+    ) -> None:
+        """Put `catalogue` (default: the restart and scale scenarios') and set the delay and
+        `configs`."""
+        self.put_catalogue(group, self.catalogue if catalogue is None else catalogue)
+        resp = self.admin.AlterGroupConfigs(
+            admin_pb2.AlterGroupConfigsRequest(
+                group_id=group, set={DELAY_KEY: str(delay_ms), **(configs or {})}
+            ),
+            timeout=10,
+        )
+        if resp.error_code != 0:
+            raise RuntimeError(f"AlterGroupConfigs: {resp.error_code} {resp.error_message}")
+
+    def put_catalogue(self, group: str, catalogue: dict[str, int]) -> None:
+        for name, tasks in sorted(catalogue.items()):
             resp = self.admin.PutConnector(
                 admin_pb2.PutConnectorRequest(group_id=group, connector=name, task_count=tasks),
                 timeout=10,
             )
             if resp.error_code != 0:
                 raise RuntimeError(f"PutConnector {name}: {resp.error_code} {resp.error_message}")
-        resp = self.admin.AlterGroupConfigs(
-            admin_pb2.AlterGroupConfigsRequest(group_id=group, set={DELAY_KEY: str(delay_ms)}),
-            timeout=10,
-        )
-        if resp.error_code != 0:
-            raise RuntimeError(f"AlterGroupConfigs: {resp.error_code} {resp.error_message}")
+        self.group_keys[group] = self.group_keys.get(group, frozenset()) | catalogue_keys(catalogue)
 
     def describe(self, group: str) -> Any:
         resp = self.admin.DescribeGroups(
@@ -529,6 +678,8 @@ class Bench:
             return f"DescribeGroups failed: {error.code()}", None
         if g.error_code != 0:
             return f"DescribeGroups: {g.error_code} {g.error_message}", g
+        if group in self.motion_peak:
+            self.motion_peak[group] = max(self.motion_peak[group], len(_in_motion(g)))
         if g.state != "STABLE":
             return f"group {g.state}", g
         if g.group_epoch != g.assignment_epoch:
@@ -560,8 +711,9 @@ class Bench:
             if unsettled:
                 return unsettled, g
             covered |= current
-        if covered != self.keys:
-            return f"{len(self.keys - covered)} resources assigned to no one", g
+        keys = self.group_keys.get(group, self.keys)
+        if covered != keys:
+            return f"{len(keys - covered)} resources assigned to no one", g
         return "", g
 
     def wait_quiet(self, group: str, workers: Sequence[Worker], what: str) -> tuple[float, Any]:
@@ -648,6 +800,74 @@ class Bench:
         log(f"  {d.what}: quiet after {d.seconds:.2f} s (group epoch {g.group_epoch})")
         run.window = (d.at, d.quiet_at)
 
+    def run_heavy(self, variant: str, repeat: int) -> Run:
+        """The heavy scenario, one variant: HEAVY_WORKERS workers join the empty group, the
+        catalogue is put (so it is spread without moves), then HEAVY_SCALE_TO - HEAVY_WORKERS
+        workers are started at once."""
+        a = self.args
+        v = HEAVY_VARIANTS[variant]
+        group = f"rebalance-heavy-{variant}-{uuid.uuid4().hex[:6]}"
+        run = Run(
+            "sessioned",
+            "heavy",
+            repeat,
+            group,
+            a.scale_delay_ms,
+            a.heavy_workers,
+            a.heavy_scale_to,
+            variant=variant,
+        )
+        configs = (
+            {WAVE_MAX_KEY: str(a.wave_max_resources), WAVE_PAUSE_KEY: str(a.wave_pause_ms)}
+            if v.waves
+            else {}
+        )
+        self.create_group(group, a.scale_delay_ms, catalogue={}, configs=configs)
+        log(
+            f"{SCENARIO_TITLES['heavy']}, {variant} ({v.title}), repeat {repeat}/{a.repeat}: "
+            f"group {group}" + (f", {configs}" if configs else "")
+        )
+        measuring = [True]  # the tear-down stops everything at once (it is not measured)
+        heavy_stop_s = float(a.heavy_stop_ms if v.heavy else a.light_stop_ms) / 1000
+        light_stop_s = float(a.light_stop_ms) / 1000
+
+        def stop_s(key: Key) -> float:
+            if not measuring[0]:
+                return 0.0
+            return heavy_stop_s if key[0] == HEAVY_CONNECTOR and key[1] >= 0 else light_stop_s
+
+        def make_listener(owner: Owner) -> WorkerRebalanceListener:
+            return self.recorder.concurrent_listener(
+                owner, stop_s, a.heavy_start_ms / 1000, v.per_resource
+            )
+
+        workers = [
+            Worker(self, group, f"worker-{i}", "sessioned", make_listener)
+            for i in range(a.heavy_scale_to)
+        ]
+        initial, extra = workers[: a.heavy_workers], workers[a.heavy_workers :]
+        try:
+            for w in initial:
+                w.start()
+            self.wait_quiet(group, initial, "set-up (empty catalogue)")
+            self.put_catalogue(group, self.heavy_catalogue)
+            _, g = self.wait_quiet(group, initial, "set-up")
+            time.sleep(a.settle_s)
+            run.epoch_before = int(g.group_epoch)
+            self.motion_peak[group] = 0
+            self._scale_out(run, initial, extra)
+            run.converged = True
+        except NotConverged as error:
+            run.failure = str(error)
+            log(f"  FAILED: {error}")
+            with suppress(grpc.RpcError):
+                run.figures["last_description"] = str(self.describe(group))
+        finally:
+            run.figures["peak_in_motion_polled"] = self.motion_peak.pop(group, None)
+            measuring[0] = False
+            self._stop_all([w for w in workers if w.thread is not None])
+        return run
+
     def _stop_all(self, workers: list[Worker]) -> None:
         for w in workers:
             w.request_stop()
@@ -665,6 +885,9 @@ class Bench:
         for run in self.runs:
             run.figures["double_held"] = sum(1 for o in overlaps if o.key[0] == run.group)
             if run.window is None:
+                continue
+            if run.scenario == "heavy":
+                self._compute_heavy(run, calls, intervals)
                 continue
             t0, t1 = run.window
             mine = [c for c in calls if c.owner[0] == run.group and t0 <= c.begin <= t1]
@@ -697,6 +920,234 @@ class Bench:
                     "window_s": round(t1 - t0, 3),
                 }
             )
+
+    def _compute_heavy(self, run: Run, calls: list[Call], intervals: Intervals) -> None:
+        """Per resource revoked in the window: the on_assigned that started it next on another
+        worker; per moved task, its time not running (on_revoked's call there to on_assigned's
+        return here)."""
+        assert run.window is not None
+        t0, t1 = run.window
+        heavy_variant = HEAVY_VARIANTS[run.variant].heavy
+        mine = sorted((c for c in calls if c.owner[0] == run.group), key=lambda c: c.begin)
+        starts: dict[Key, list[Call]] = {}
+        for c in mine:
+            if c.kind == "assigned":
+                for k in c.keys:
+                    starts.setdefault(k, []).append(c)
+        light: list[float] = []
+        heavy: list[float] = []
+        edges: list[tuple[float, int]] = []
+        never = with_heavy = waited = 0
+        for stop in mine:
+            if stop.kind != "revoked" or not t0 <= stop.begin <= t1:
+                continue
+            ends = stop.key_ends or (stop.end,) * len(stop.keys)
+            heavy_ends = [
+                e
+                for k, e in zip(stop.keys, ends, strict=True)
+                if k[0] == HEAVY_CONNECTOR and is_task(k)
+            ]
+            for key in stop.keys:
+                start = next(
+                    (
+                        c
+                        for c in starts.get(key, [])
+                        if c.begin >= stop.begin and c.owner != stop.owner
+                    ),
+                    None,
+                )
+                if start is None:
+                    never += 1
+                    continue
+                edges += [(stop.begin, 1), (start.begin, -1)]
+                if not is_task(key):
+                    continue
+                if key[0] == HEAVY_CONNECTOR:
+                    heavy.append(start.end - stop.begin)
+                    continue
+                light.append(start.end - stop.begin)
+                if heavy_ends:
+                    with_heavy += 1
+                    if start.begin >= min(heavy_ends):
+                        waited += 1
+        peak = now = 0
+        for _, step in sorted(edges):  # at a tie the end (-1) counts first
+            now += step
+            peak = max(peak, now)
+        task_keys = [(run.group, *k) for k in sorted(self.heavy_keys) if is_task(k)]
+        down, interrupted, most_down = downtime(intervals, task_keys, t0, t1)
+        times = [d.seconds for d in run.disturbances if d.seconds is not None]
+        run.figures.update(
+            {
+                "light_not_running_s": [round(x, 4) for x in sorted(light)],
+                "heavy_not_running_s": [round(x, 4) for x in sorted(heavy)],
+                "light": distribution(light),
+                "heavy": distribution(heavy),
+                "resources_moved": len(edges) // 2,
+                "never_restarted": never,
+                "light_revoked_with_heavy": with_heavy if heavy_variant else None,
+                "light_waited_for_heavy": waited if heavy_variant else None,
+                "peak_in_motion_calls": peak,
+                "task_seconds_not_running": round(down, 3),
+                "tasks_interrupted": interrupted,
+                "peak_tasks_not_running": most_down,
+                "converge_total_s": round(sum(times), 3),
+                "group_epoch_bumps": run.epoch_after - run.epoch_before,
+                "window_s": round(t1 - t0, 3),
+            }
+        )
+
+    def heavy_rows(self) -> list[dict[str, Any]]:
+        """The heavy scenario's table: one row per variant, the moved tasks of every converged
+        repeat pooled into one distribution each (light, heavy)."""
+        out: list[dict[str, Any]] = []
+        if "heavy" not in self.args.scenarios:
+            return out
+        for variant in self.args.heavy_variants:
+            runs = [r for r in self.runs if r.scenario == "heavy" and r.variant == variant]
+            ok = [r for r in runs if r.converged and "light" in r.figures]
+
+            def pooled(key: str, runs: list[Run] = ok) -> list[float]:
+                return [x for r in runs for x in r.figures[key]]
+
+            def total(key: str, runs: list[Run] = ok) -> int | None:
+                values = [r.figures[key] for r in runs if r.figures.get(key) is not None]
+                return sum(values) if values else None
+
+            def most(key: str, runs: list[Run] = ok) -> int | None:
+                values = [r.figures[key] for r in runs if r.figures.get(key) is not None]
+                return max(values) if values else None
+
+            converge = [r.figures["converge_total_s"] for r in ok]
+            down = [r.figures["task_seconds_not_running"] for r in ok]
+            out.append(
+                {
+                    "scenario": "heavy",
+                    "variant": variant,
+                    "title": HEAVY_VARIANTS[variant].title,
+                    "repeats": len(ok),
+                    "failed": len(runs) - len(ok),
+                    "light": distribution(pooled("light_not_running_s")),
+                    "heavy": distribution(pooled("heavy_not_running_s")),
+                    "converge_s": statistics.median(converge) if converge else None,
+                    "converge_all": converge,
+                    "task_seconds_not_running": statistics.median(down) if down else None,
+                    "peak_in_motion_calls": most("peak_in_motion_calls"),
+                    "peak_in_motion_polled": most("peak_in_motion_polled"),
+                    "light_revoked_with_heavy": total("light_revoked_with_heavy"),
+                    "light_waited_for_heavy": total("light_waited_for_heavy"),
+                    "never_restarted": total("never_restarted"),
+                    "double_held": sum(r.figures.get("double_held", 0) for r in runs),
+                }
+            )
+        p95 = {r["variant"]: r["light"]["p95"] for r in out}
+        for r in out:
+            for against in ("baseline", "reference"):
+                base, mine = p95.get(against), r["light"]["p95"]
+                r[f"light_p95_vs_{against}"] = (
+                    round(mine / base, 3) if base and mine is not None else None
+                )
+        return out
+
+    def print_heavy_table(self, rows: list[dict[str, Any]]) -> None:
+        a = self.args
+
+        def sec(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        def ratio(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}x"
+
+        def num(v: int | None) -> str:
+            return "-" if v is None else str(v)
+
+        header = [
+            "variant",
+            "light n",
+            "median",
+            "p95",
+            "max",
+            "heavy n",
+            "median",
+            "p95",
+            "max",
+            "light p95 / baseline",
+            "/ reference",
+            "converge (s)",
+            "in motion (calls/polls)",
+            "light waited / with heavy",
+            "double-held",
+        ]
+        lines = []
+        for r in rows:
+            light, heavy = r["light"], r["heavy"]
+            converge = "-" if r["converge_s"] is None else f"{r['converge_s']:.2f}"
+            if len(r["converge_all"]) > 1:
+                converge += f" [{min(r['converge_all']):.2f}-{max(r['converge_all']):.2f}]"
+            name = r["variant"]
+            if r["failed"]:
+                name += f" ({r['failed']} FAILED)"
+            lines.append(
+                [
+                    name,
+                    str(light["n"]),
+                    sec(light["median"]),
+                    sec(light["p95"]),
+                    sec(light["max"]),
+                    str(heavy["n"]),
+                    sec(heavy["median"]),
+                    sec(heavy["p95"]),
+                    sec(heavy["max"]),
+                    ratio(r["light_p95_vs_baseline"]),
+                    ratio(r["light_p95_vs_reference"]),
+                    converge,
+                    f"{num(r['peak_in_motion_calls'])} / {num(r['peak_in_motion_polled'])}",
+                    f"{num(r['light_waited_for_heavy'])} / {num(r['light_revoked_with_heavy'])}",
+                    str(r["double_held"]) + (" FAILED" if r["double_held"] else ""),
+                ]
+            )
+        widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
+
+        def show(cells: list[str]) -> str:
+            return " | ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+
+        light_names = ", ".join(c for c in self.heavy_catalogue if c != HEAVY_CONNECTOR)
+        print()
+        print(
+            f"Heavy connector scale-out ({self.started}; seed 002, Design III): "
+            f"{a.heavy_workers} -> {a.heavy_scale_to} workers, the new ones started at once; "
+            f"in-process agents against coordinator-svc serve on {self.store_info.split(' (')[0]}"
+        )
+        print(
+            f"  catalogue: {HEAVY_CONNECTOR} ({a.heavy_tasks} tasks, each {a.heavy_stop_ms:g} ms "
+            f"to stop) and {light_names} ({a.light_tasks} tasks each, {a.light_stop_ms:g} ms); "
+            f"every resource starts in {a.heavy_start_ms:g} ms; a listener call starts or stops "
+            "its resources concurrently"
+        )
+        print(
+            "  variants: "
+            + "; ".join(f"{k} = {HEAVY_VARIANTS[k].title}" for k in a.heavy_variants)
+            + f"; waves: {WAVE_MAX_KEY}={a.wave_max_resources}, "
+            f"{WAVE_PAUSE_KEY}={a.wave_pause_ms}"
+        )
+        print(
+            "  time not running per moved task (s), from on_revoked's call on the old worker to "
+            "on_assigned's return on the new one; "
+            + (
+                f"all moved tasks of {a.repeat} repeats pooled; converge: median [min-max]"
+                if a.repeat > 1
+                else "one run per variant"
+            )
+            + "; p95 by nearest rank"
+        )
+        print(show(header))
+        print("-+-".join("-" * w for w in widths))
+        for cells in lines:
+            print(show(cells))
+        print()
 
     def phase_of(self, overlap: Overlap) -> tuple[Run | None, str]:
         """The run an overlap belongs to, and when in it it began."""
@@ -732,6 +1183,8 @@ class Bench:
         ]
         out = []
         for scenario in self.args.scenarios:
+            if scenario == "heavy":
+                continue  # heavy_rows()
             for key, label, unit, only in figures:
                 if only and only != scenario:
                     continue
@@ -806,14 +1259,17 @@ class Bench:
             f"{a.task_stop_ms:g} ms per resource stopped; in-process agents against "
             f"coordinator-svc serve on {self.store_info.split(' (')[0]}"
         )
-        print(
-            f"  restart: {a.workers} workers, each stopped (Agent.stop) and started again under "
-            f"its member id, restart gap {a.restart_gap_s:g} s, {DELAY_KEY}={a.restart_delay_ms}"
-        )
-        print(
-            f"  scale: {a.workers} -> {a.scale_to} workers, the new ones started at once, "
-            f"{DELAY_KEY}={a.scale_delay_ms}"
-        )
+        if "restart" in a.scenarios:
+            print(
+                f"  restart: {a.workers} workers, each stopped (Agent.stop) and started again "
+                f"under its member id, restart gap {a.restart_gap_s:g} s, "
+                f"{DELAY_KEY}={a.restart_delay_ms}"
+            )
+        if "scale" in a.scenarios:
+            print(
+                f"  scale: {a.workers} -> {a.scale_to} workers, the new ones started at once, "
+                f"{DELAY_KEY}={a.scale_delay_ms}"
+            )
         print(
             f"  session {a.session_timeout_ms} ms, heartbeat {a.heartbeat_interval_ms} ms, "
             f"rebalance timeout {a.rebalance_timeout_ms} ms; quiet polled every {a.poll_ms} ms; "
@@ -832,6 +1288,36 @@ class Bench:
             previous = r["scenario"]
             print(show(cells))
         print()
+
+
+def catalogue_keys(catalogue: dict[str, int]) -> frozenset[Key]:
+    return frozenset(
+        [(c, -1) for c in catalogue] + [(c, t) for c, n in catalogue.items() for t in range(n)]
+    )
+
+
+def _in_motion(group: Any) -> frozenset[Key]:
+    """DESIGN 3.18: a resource is in motion from the target that moves it until its new owner
+    has been sent it, i.e. while it is in a member's target and not in its current assignment."""
+    out: set[Key] = set()
+    for m in group.members:
+        out |= _keys(m.target_assignment) - _keys(m.current_assignment)
+    return frozenset(out)
+
+
+def distribution(values: Sequence[float]) -> dict[str, Any]:
+    """n, median, p95 (nearest rank: the smallest value with at least 95 % at or below it) and
+    max, in seconds rounded to the millisecond (None when there are no values)."""
+    xs = sorted(values)
+    if not xs:
+        return {"n": 0, "median": None, "p95": None, "max": None}
+    p95 = xs[max(0, math.ceil(0.95 * len(xs)) - 1)]
+    return {
+        "n": len(xs),
+        "median": round(statistics.median(xs), 3),
+        "p95": round(p95, 3),
+        "max": round(xs[-1], 3),
+    }
 
 
 def _keys_of(resources: ResourceSet) -> frozenset[Key]:
@@ -881,7 +1367,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="Compare IncrementalCooperative (--protocol sessioned) with Eager "
         "(--protocol eager) on a rolling restart and on a scale-out, with in-process worker "
         "agents against a real coordinator-svc serve. Prints a table (eager is the baseline) "
-        "and writes JSON. See bench/README.md.",
+        "and writes JSON. With --scenarios heavy (not run by default): seed 002's Design III "
+        "case, a 3 -> 6 scale-out with one connector whose tasks are slow to stop, run as "
+        "today (batch release, no waves: the baseline), with per-resource release, with "
+        "per-resource release and paced waves, and without the heavy connector (the "
+        "reference); its own table. See bench/README.md.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
@@ -977,9 +1467,60 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
+        "--scenario",
         type=lambda s: [p for p in s.split(",") if p],
-        default=",".join(SCENARIOS),
-        help="comma-separated, from: " + ", ".join(SCENARIOS),
+        default=",".join(DEFAULT_SCENARIOS),
+        help="comma-separated, from: " + ", ".join(SCENARIOS) + " (heavy runs only when named: "
+        "--scenarios heavy, or restart,scale,heavy for all)",
+    )
+    heavy = parser.add_argument_group(
+        "the heavy scenario (--scenarios heavy)",
+        f"A group of --heavy-workers workers grows to --heavy-scale-to; the catalogue is "
+        f"{HEAVY_CONNECTOR!r} (the heavy connector) and light-00, light-01, ...; each variant "
+        "runs --repeat times in fresh groups. --protocols does not apply (all sessioned); "
+        "--workers, --scale-to, --connectors, --tasks-per-connector, --task-start-ms and "
+        "--task-stop-ms are the other scenarios'.",
+    )
+    heavy.add_argument(
+        "--heavy-variants",
+        type=lambda s: [p for p in s.split(",") if p],
+        default=",".join(HEAVY_VARIANTS),
+        help="comma-separated, from: "
+        + "; ".join(f"{k} ({v.title})" for k, v in HEAVY_VARIANTS.items()),
+    )
+    heavy.add_argument("--heavy-workers", type=int, default=3, help="group size before")
+    heavy.add_argument("--heavy-scale-to", type=int, default=6, help="group size after")
+    heavy.add_argument(
+        "--heavy-tasks",
+        type=int,
+        default=6,
+        help=f"tasks of the heavy connector {HEAVY_CONNECTOR!r}",
+    )
+    heavy.add_argument(
+        "--heavy-stop-ms",
+        type=float,
+        default=3000.0,
+        help="how long each heavy task takes to stop (in the reference variant: --light-stop-ms)",
+    )
+    heavy.add_argument("--light-connectors", type=int, default=3, help="light connectors")
+    heavy.add_argument("--light-tasks", type=int, default=16, help="tasks of each light connector")
+    heavy.add_argument(
+        "--light-stop-ms",
+        type=float,
+        default=10.0,
+        help="how long every other resource (light tasks, every connector) takes to stop",
+    )
+    heavy.add_argument(
+        "--heavy-start-ms", type=float, default=10.0, help="how long every resource takes to start"
+    )
+    heavy.add_argument(
+        "--wave-max-resources",
+        type=int,
+        default=4,
+        help=f"{WAVE_MAX_KEY} of the waves variant",
+    )
+    heavy.add_argument(
+        "--wave-pause-ms", type=int, default=200, help=f"{WAVE_PAUSE_KEY} of the waves variant"
     )
     parser.add_argument(
         "--agent-log-level",
@@ -1009,6 +1550,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for s in args.scenarios:
         if s not in SCENARIOS:
             parser.error(f"unknown scenario {s!r}")
+    for v in args.heavy_variants:
+        if v not in HEAVY_VARIANTS:
+            parser.error(f"unknown heavy variant {v!r}")
+    if args.heavy_scale_to <= args.heavy_workers:
+        parser.error("--heavy-scale-to must be larger than --heavy-workers")
+    if min(args.heavy_stop_ms, args.light_stop_ms, args.heavy_start_ms) < 0:
+        parser.error("listener times cannot be negative")
+    if args.wave_max_resources < 0 or args.wave_pause_ms < 0:
+        parser.error("wave settings cannot be negative")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     if args.scale_to <= args.workers:
@@ -1036,6 +1586,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.start_coordinator()
         for repeat in range(1, args.repeat + 1):
             for scenario in args.scenarios:
+                if scenario == "heavy":
+                    for variant in args.heavy_variants:
+                        bench.runs.append(bench.run_heavy(variant, repeat))
+                    continue
                 for protocol in args.protocols:
                     bench.runs.append(bench.run_scenario(scenario, protocol, repeat))
         log("stopping the coordinator")
@@ -1044,7 +1598,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     overlaps = double_ownership(intervals)
     bench.compute(intervals, overlaps)
     rows = bench.rows()
-    bench.print_table(rows)
+    if rows:
+        bench.print_table(rows)
+    heavy_rows = bench.heavy_rows()
+    if heavy_rows:
+        bench.print_heavy_table(heavy_rows)
 
     failed = [r for r in bench.runs if not r.converged]
     held = sum(len(v) for v in intervals.held.values())
@@ -1056,12 +1614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where: dict[tuple[str, str], list[Overlap]] = {}
         for o in overlaps:
             run, phase = bench.phase_of(o)
-            name = (
-                f"{SCENARIO_TITLES[run.scenario]}, {run.protocol}, repeat {run.repeat} "
-                f"(group {run.group})"
-                if run is not None
-                else o.key[0]
-            )
+            name = f"{run.label} (group {run.group})" if run is not None else o.key[0]
             where.setdefault((name, phase), []).append(o)
         for (name, phase), found in where.items():
             print(f"  {len(found)} in {name}, during {phase}; e.g.")
@@ -1077,15 +1630,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({held:,} holding intervals over {len(intervals.held):,} resources, "
             f"{len(bench.recorder.calls):,} listener calls, set-up and tear-down included): OK"
         )
+    for row in heavy_rows:
+        if row["never_restarted"]:
+            print(
+                f"WARNING: heavy connector scale-out, {row['variant']}: {row['never_restarted']} "
+                "revoked resources were never started on another worker"
+            )
     if intervals.anomalies:
         print(f"WARNING: {len(intervals.anomalies)} listener anomalies:")
         for line in intervals.anomalies[:20]:
             print(f"  {line}")
     for r in failed:
-        print(
-            f"NOT CONVERGED: {SCENARIO_TITLES[r.scenario]}, {r.protocol}, repeat {r.repeat}: "
-            f"{r.failure}"
-        )
+        print(f"NOT CONVERGED: {r.label}: {r.failure}")
     for r in bench.runs:
         if r.scenario == "restart" and r.converged:
             each = ", ".join(f"{t:.2f}" for t in r.figures["converge_each_s"])
@@ -1109,10 +1665,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "config": {k: v for k, v in vars(args).items() if k not in ("state_dir", "output")},
         },
         "figures": rows,
+        "heavy": heavy_rows,
         "runs": [
             {
                 "protocol": r.protocol,
                 "scenario": r.scenario,
+                "variant": r.variant or None,
                 "repeat": r.repeat,
                 "group": r.group,
                 "delay_ms": r.delay_ms,
