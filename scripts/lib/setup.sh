@@ -9,6 +9,17 @@ APT_PACKAGES=(
     openjdk-17-jre-headless
     libpostgresql-jdbc-java
     libxerial-sqlite-jdbc-java
+    # The images (scripts/build-images, tests/packaging/test_images.py): a Debian base made with
+    # debootstrap, built with buildah, run with podman on runc (crun refuses this machine's
+    # hybrid cgroups), inspected with skopeo and umoci, pushed and pinned (--pin) to a registry
+    # on 127.0.0.1 (docker-registry).
+    debootstrap
+    buildah
+    podman
+    runc
+    skopeo
+    umoci
+    docker-registry
 )
 if [[ -n "${EXTRA_APT_PACKAGES:-}" ]]; then
     read -r -a _extra <<<"${EXTRA_APT_PACKAGES}"
