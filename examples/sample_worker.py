@@ -1,21 +1,30 @@
-"""A sample worker for the deployment example (`deploy/k8s/`): it follows the worker agent beside
-it through the agent's status endpoint and logs what it runs.
+"""A sample worker for the deployment example (`deploy/k8s/`): it runs what the worker agent
+beside it tells it to and logs what it runs.
 
-    python -m examples.sample_worker --status-url http://127.0.0.1:8084
+    python -m examples.sample_worker --listen 127.0.0.1:8085 --status-url http://127.0.0.1:8084
+    worker-agent run --webhook http://127.0.0.1:8085/events --status-port 8084 ...
 
-It reads ``GET /watch`` (server-sent events: the current assignment at once, then one event per
-change) and, when the stream cannot be had, polls ``GET /assignment`` until it can; ``--mode
-poll`` only polls. It "runs" exactly what the latest assignment lists, and writes one JSON log
-line per change: what it stopped, what it started (with their fencing tokens, DESIGN 3.18: what a
-real worker passes with every write to a system that checks them), and what it runs now. When
-the agent cannot be reached for ``--unreachable-stop-s`` it stops everything (the agent may have
-been fenced or replaced, and could not say so). SIGTERM or SIGINT: stop everything, exit 0.
-Every option has an environment variable ``SAMPLE_WORKER_<OPTION>``.
+``--mode webhook`` (the default) is the agent's webhook (``worker-agent run --webhook``): the
+agent POSTs every revocation and assignment to ``--listen`` and this worker answers 200 once it
+has stopped (or started) what the event names, so the agent acknowledges a revocation to the
+coordinator only after the work has stopped here: a task never runs here and on another worker
+at the same time. It also polls the agent's ``GET /assignment`` (every ``--poll-interval-s``),
+not to learn what to run but to notice an agent that is gone (unreachable for
+``--unreachable-stop-s``: stop everything, for the agent may have been fenced or replaced and
+could not say so) or was replaced by a new process (another member id: stop everything, and run
+what the new one assigns).
 
-This worker only *follows* the agent: the agent acknowledges a revocation once its own listener
-has returned, which does not wait for this program. A real worker that must never run a task at
-the same time as another worker takes the agent's webhook or exec hook instead (``worker-agent
-run --webhook``), whose successful answer is what lets the agent acknowledge.
+``--mode watch`` and ``--mode poll`` only *follow* the agent's status endpoint (``GET /watch``,
+server-sent events, polling ``GET /assignment`` while the stream cannot be had; or polling
+alone): simple, but the agent does not wait for a follower, so a revoked task may still run here
+for a moment after another worker started it.
+
+Either way it "runs" exactly what it was given and writes one JSON log line per change: what it
+stopped, what it started (with their fencing tokens, DESIGN 3.18: what a real worker passes with
+every write to a system that checks them), and what it runs now. SIGTERM or SIGINT: stop
+everything, exit 0. In Kubernetes the worker container's preStop hook (``worker-agent leave``)
+has the agent revoke everything through the webhook, and leave, before SIGTERM comes. Every
+option has an environment variable ``SAMPLE_WORKER_<OPTION>``.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
 from connect_protocol import logs
@@ -37,6 +47,7 @@ from connect_protocol.env import env_default
 
 __all__ = [
     "Assignment",
+    "EventServer",
     "Runner",
     "Settings",
     "follow",
@@ -47,6 +58,8 @@ __all__ = [
 log = logging.getLogger("sample_worker")
 
 DEFAULT_STATUS_URL = "http://127.0.0.1:8084"
+DEFAULT_LISTEN = "127.0.0.1:8085"
+MODES = ("webhook", "watch", "poll")
 TaskName = tuple[str, int]
 
 
@@ -62,6 +75,7 @@ class Assignment:
             fenced).
         fencing_tokens: (resource name, token) per resource, sorted, connectors as ``A`` and
             tasks as ``A-0``; empty when the agent reports none.
+        member_id: the agent's member id (one per agent process); "" when not reported.
     """
 
     member_epoch: int
@@ -69,6 +83,7 @@ class Assignment:
     tasks: frozenset[TaskName]
     ready: bool
     fencing_tokens: tuple[tuple[str, int], ...] = ()
+    member_id: str = ""
 
     @staticmethod
     def from_json(obj: Any) -> Assignment:
@@ -90,6 +105,7 @@ class Assignment:
                 tasks=tasks,
                 ready=bool(obj.get("ready", False)),
                 fencing_tokens=tuple(sorted(named)),
+                member_id=str(obj.get("member_id") or ""),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise ValueError(f"not an assignment: {obj!r} ({error})") from error
@@ -124,6 +140,7 @@ class Runner:
         self.tasks: frozenset[TaskName] = frozenset()
         self.member_epoch = 0
         self.fencing_tokens: dict[str, int] = {}
+        self.agent_member = ""
         self._closed = False
 
     def apply(self, assignment: Assignment) -> bool:
@@ -169,6 +186,69 @@ class Runner:
             if changed or epoch_changed or tokens_changed:
                 self._log_running_locked(f"member epoch {assignment.member_epoch}")
             return changed
+
+    def revoke(self, event: Assignment) -> None:
+        """A webhook's ``revoked`` event: stop what it names (what is not running is fine: a
+        retry). Returns once stopped."""
+        with self._lock:
+            stop_c = self.connectors & event.connectors
+            stop_t = self.tasks & event.tasks
+            if not (stop_c or stop_t):
+                return
+            log.info(
+                "stopping",
+                extra=logs.fields(
+                    event="worker_stopped",
+                    member_epoch=event.member_epoch,
+                    reason="revoked",
+                    **_names(stop_c, stop_t),
+                ),
+            )
+            self.connectors -= stop_c
+            self.tasks -= stop_t
+            stopped = _names(stop_c, stop_t)
+            for name in stopped["connectors"] + stopped["tasks"]:
+                self.fencing_tokens.pop(name, None)
+            self.member_epoch = event.member_epoch
+            self._log_running_locked("revoked")
+
+    def assign(self, event: Assignment) -> bool:
+        """A webhook's ``assigned`` event: start what it names (what runs already is fine: a
+        retry). False once `stop_all(final=True)` has run: nothing starts any more."""
+        with self._lock:
+            if self._closed:
+                return False
+            start_c = event.connectors - self.connectors
+            start_t = event.tasks - self.tasks
+            tokens = dict(event.fencing_tokens)
+            self.member_epoch = event.member_epoch
+            self.fencing_tokens.update(tokens)
+            if start_c or start_t:
+                started = _names(start_c, start_t)
+                log.info(
+                    "starting",
+                    extra=logs.fields(
+                        event="worker_started",
+                        member_epoch=event.member_epoch,
+                        **started,
+                        fencing_tokens=_tokens_of(started, tokens),
+                    ),
+                )
+                self.connectors |= start_c
+                self.tasks |= start_t
+                self._log_running_locked("assigned")
+            return True
+
+    def note_agent(self, member_id: str) -> None:
+        """The agent's member id, as an event or the status endpoint shows it. A new one is a
+        new agent process, which knows nothing of what its predecessor started here (and whose
+        predecessor can no longer revoke it): stop everything; the new one assigns afresh."""
+        if not member_id:
+            return
+        with self._lock:
+            previous, self.agent_member = self.agent_member, member_id
+        if previous and previous != member_id:
+            self.stop_all(f"the agent was replaced (member {previous} -> {member_id})")
 
     def stop_all(self, why: str, *, final: bool = False) -> None:
         """Stop everything (and, with `final`, ignore every later assignment)."""
@@ -237,7 +317,10 @@ class Settings:
 
     Attributes:
         status_url: the agent's status endpoint, e.g. http://127.0.0.1:8084.
-        mode: "watch" (the /watch stream, polling while it is unavailable) or "poll".
+        mode: "webhook" (the agent's webhook tells what to run; /assignment is polled to notice
+            an agent that is gone or replaced), "watch" (the /watch stream, polling while it is
+            unavailable) or "poll".
+        listen: host:port of the webhook (mode "webhook").
         poll_interval_s: seconds between two polls of /assignment.
         unreachable_stop_s: stop everything after the agent has been unreachable this long.
         read_timeout_s: give up on a silent /watch stream after this long (the agent sends a
@@ -245,7 +328,8 @@ class Settings:
     """
 
     status_url: str = DEFAULT_STATUS_URL
-    mode: str = "watch"
+    mode: str = "webhook"
+    listen: str = DEFAULT_LISTEN
     poll_interval_s: float = 2.0
     unreachable_stop_s: float = 10.0
     read_timeout_s: float = 45.0
@@ -279,7 +363,7 @@ def _get_assignment(url: str, timeout_s: float) -> Assignment:
 
 def _watch(
     url: str,
-    on_assignment: Callable[[Assignment], None],
+    on_assignment: Callable[[Assignment], object],
     reach: _Reachability,
     stop: threading.Event,
     timeout_s: float,
@@ -299,7 +383,7 @@ def _watch(
 
 def follow(
     settings: Settings,
-    on_assignment: Callable[[Assignment], None],
+    on_assignment: Callable[[Assignment], object],
     stop: threading.Event,
     reach: _Reachability | None = None,
 ) -> None:
@@ -341,12 +425,103 @@ def follow(
         stop.wait(wait_s)
 
 
+class EventServer:
+    """The webhook the agent POSTs its events to (``worker-agent run --webhook URL``, any path):
+    a ``revoked`` event is answered 200 once what it names has stopped, an ``assigned`` event
+    once it has started (503 while shutting down: nothing starts any more); anything else 400.
+
+    Attributes:
+        runner: what the events change.
+        port: the bound port (after `start`).
+    """
+
+    def __init__(self, listen: str, runner: Runner) -> None:
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--listen must be host:port, not {listen!r}")
+        self.runner = runner
+        handler = type("EventHandler", (_EventHandler,), {"runner": runner})
+        self._httpd = ThreadingHTTPServer((host.strip("[]"), int(port)), handler)
+        self._httpd.daemon_threads = True
+        self.port = int(self._httpd.server_address[1])
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+        log.info(
+            "webhook listening on port %d",
+            self.port,
+            extra=logs.fields(event="webhook_listening", port=self.port),
+        )
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+class _EventHandler(BaseHTTPRequestHandler):
+    runner: Runner
+    timeout = 30.0
+
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            obj = json.loads(self.rfile.read(length)) if 0 < length <= 64 << 20 else None
+            kind = obj.get("event") if isinstance(obj, dict) else None
+            event = Assignment.from_json(obj)
+        except (ValueError, OSError) as error:
+            self._answer(400, {"error": f"not an event: {error}"})
+            return
+        self.runner.note_agent(event.member_id)
+        if kind == "revoked":
+            self.runner.revoke(event)
+            self._answer(200, {"stopped": True})
+        elif kind == "assigned":
+            if self.runner.assign(event):
+                self._answer(200, {"started": True})
+            else:
+                self._answer(503, {"error": "shutting down: nothing starts any more"})
+        else:
+            self._answer(400, {"error": f"unknown event {kind!r}"})
+
+    def _answer(self, code: int, body: dict[str, object]) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+def _check_agent(runner: Runner) -> Callable[[Assignment], None]:
+    """Webhook mode: the status endpoint only tells which agent process is beside us."""
+
+    def check(assignment: Assignment) -> None:
+        runner.note_agent(assignment.member_id)
+
+    return check
+
+
 def run(settings: Settings, stop: threading.Event) -> int:
-    """Follow the agent until `stop` is set, then stop everything."""
+    """Run what the agent says until `stop` is set, then stop everything."""
     runner = Runner()
     reach = _Reachability()
+    server: EventServer | None = None
+    on_status: Callable[[Assignment], object]
+    if settings.mode == "webhook":
+        server = EventServer(settings.listen, runner)
+        server.start()
+        on_status = _check_agent(runner)
+    else:
+        on_status = runner.apply
     follower = threading.Thread(
-        target=follow, args=(settings, runner.apply, stop, reach), name="follow", daemon=True
+        target=follow, args=(settings, on_status, stop, reach), name="follow", daemon=True
     )
     log.info(
         "sample worker starting: agent at %s (%s)",
@@ -359,6 +534,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
         if reach.unreachable_for() > settings.unreachable_stop_s:
             runner.stop_all(f"the agent has been unreachable for {settings.unreachable_stop_s} s")
     runner.stop_all("shutting down", final=True)
+    if server is not None:
+        server.close()
     log.info("sample worker stopped", extra=logs.fields(event="worker_exit"))
     return 0
 
@@ -373,9 +550,9 @@ def _env(name: str, default: T) -> str | T:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m examples.sample_worker",
-        description="A sample worker: follows the worker agent's status endpoint and logs what "
-        "it runs. SIGTERM stops everything. Every option can also be set by the environment "
-        "variable in parentheses.",
+        description="A sample worker: runs what the worker agent beside it says (its webhook, "
+        "or its status endpoint) and logs what it runs. SIGTERM stops everything. Every option "
+        "can also be set by the environment variable in parentheses.",
     )
     parser.add_argument(
         "--status-url",
@@ -384,10 +561,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--mode",
-        choices=("watch", "poll"),
-        default=_env("MODE", "watch"),
-        help="follow GET /watch (server-sent events) or poll GET /assignment "
+        choices=MODES,
+        default=_env("MODE", "webhook"),
+        help="webhook: the agent POSTs revocations and assignments to --listen (worker-agent "
+        "run --webhook), answered once done, so nothing runs here and elsewhere at once; watch: "
+        "follow GET /watch (server-sent events); poll: poll GET /assignment "
         "(SAMPLE_WORKER_MODE; default %(default)s)",
+    )
+    parser.add_argument(
+        "--listen",
+        default=_env("LISTEN", DEFAULT_LISTEN),
+        help="host:port of the webhook, --mode webhook (SAMPLE_WORKER_LISTEN; default "
+        "%(default)s: the pod's loopback)",
     )
     parser.add_argument(
         "--poll-interval-s",
@@ -422,9 +607,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("sample_worker: intervals must be positive", file=sys.stderr)
         return 2
     logs.configure(args.log_level, json_lines=args.log_format == "json")
+    if args.mode not in MODES:  # from the environment: argparse checks only flags
+        print(f"sample_worker: --mode must be one of {MODES}, not {args.mode!r}", file=sys.stderr)
+        return 2
     settings = Settings(
         status_url=args.status_url,
         mode=args.mode,
+        listen=args.listen,
         poll_interval_s=args.poll_interval_s,
         unreachable_stop_s=args.unreachable_stop_s,
     )

@@ -7,11 +7,16 @@ from a shell, a systemd unit or a Kubernetes pod spec.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 import signal
 import socket
 import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from typing import TypeVar
@@ -19,6 +24,7 @@ from typing import TypeVar
 from connect_protocol import logs
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
+from connect_protocol.resources import ResourceSet
 from connect_protocol.tls import (
     TlsConfigError,
     add_client_tls_arguments,
@@ -39,7 +45,7 @@ from .listener import (
 )
 from .membership import RELEASE_HEARTBEAT_GAP_MS
 from .runtime import Agent, AgentSettings
-from .status import StatusServer
+from .status import DEFAULT_LEAVE_TIMEOUT_S, MAX_LEAVE_TIMEOUT_S, StatusServer
 
 log = logging.getLogger("worker_agent")
 
@@ -182,6 +188,27 @@ def _parser() -> argparse.ArgumentParser:
         default=_env("LOG_FORMAT", "json"),
         help="json lines (default) or text (WORKER_AGENT_LOG_FORMAT)",
     )
+    leave = sub.add_parser(
+        "leave",
+        help="ask the agent beside this process to revoke all work and leave, and wait",
+        description="POST /leave to the agent's status endpoint: the agent stops all work "
+        "through its listener, then leaves the group, and this command returns once it has "
+        "(exit 0), or after --timeout-s (exit 1; the agent goes on). For a worker container's "
+        "preStop hook: the revocations reach the worker while it still runs, before the "
+        "kubelet sends SIGTERM. The endpoint answers calls from the same pod only. After "
+        "leaving, the agent stays out of the group until its process ends (SIGTERM).",
+    )
+    leave.add_argument(
+        "--status-url",
+        default="http://127.0.0.1:8084",
+        help="the agent's status endpoint (default %(default)s)",
+    )
+    leave.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_LEAVE_TIMEOUT_S,
+        help="how long to wait for the agent to have left (default %(default)s)",
+    )
     return parser
 
 
@@ -284,10 +311,13 @@ def run(args: argparse.Namespace) -> int:
     )
     agent = Agent(settings, build_listener(args), status)
     signals = 0
+    signalled = threading.Event()
+    asked_to_leave = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         nonlocal signals
         signals += 1
+        signalled.set()
         if signals == 1:
             log.info("signal %d: revoking all work, then leaving the group", signum)
             agent.stop()
@@ -295,10 +325,30 @@ def run(args: argparse.Namespace) -> int:
             log.warning("signal %d again: giving up on the listener and leaving now", signum)
             agent.abandon()
 
+    def on_leave(timeout_s: float) -> tuple[bool, str]:
+        if not asked_to_leave.is_set():
+            asked_to_leave.set()
+            log.info("POST /leave: revoking all work, then leaving the group")
+        if agent.leave(timeout_s):
+            return True, "all work revoked; left the group"
+        return False, (
+            f"not done after {timeout_s:g} s ({agent.phase.value}); still running: "
+            f"{_names(agent.running)}"
+        )
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if status is not None:
+        status.set_leave_handler(on_leave)
     try:
         agent.run()
+        if asked_to_leave.is_set() and agent.fatal is None:
+            # Left on request (a worker's preStop hook): stay up, out of the group, until the
+            # kubelet's SIGTERM. Exiting now would make the kubelet restart a sidecar of a pod
+            # that is not terminating yet, and the new process would join again.
+            log.info("left the group on request; waiting for SIGTERM to exit")
+            while not signalled.wait(0.5):
+                pass
     finally:
         if status is not None:
             status.close()
@@ -308,11 +358,50 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names(resources: ResourceSet) -> str:
+    return ", ".join(resources.names()) or "nothing"
+
+
+def leave(args: argparse.Namespace) -> int:
+    """`worker-agent leave`: POST /leave and wait for the answer."""
+    if not 0 < args.timeout_s <= MAX_LEAVE_TIMEOUT_S:
+        print(
+            f"worker-agent leave: --timeout-s must be in (0, {MAX_LEAVE_TIMEOUT_S:g}]",
+            file=sys.stderr,
+        )
+        return 2
+    query = urllib.parse.urlencode({"timeout_s": f"{args.timeout_s:g}"})
+    url = f"{args.status_url.rstrip('/')}/leave?{query}"
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        # The answer comes once the agent has left, or after timeout_s: a little longer here.
+        with urllib.request.urlopen(request, timeout=args.timeout_s + 5) as resp:
+            body = resp.read().decode(errors="replace")
+            code = int(resp.status)
+    except urllib.error.HTTPError as error:
+        body = error.read().decode(errors="replace")
+        code = error.code
+    except (OSError, ValueError) as error:
+        print(f"worker-agent leave: cannot reach {url}: {error}", file=sys.stderr)
+        return 1
+    try:
+        detail = str(json.loads(body).get("detail") or json.loads(body).get("error") or body)
+    except (ValueError, AttributeError):
+        detail = body.strip()
+    if 200 <= code < 300:
+        print(f"worker-agent leave: {detail}")
+        return 0
+    print(f"worker-agent leave: HTTP {code}: {detail}", file=sys.stderr)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command == "run":
         return run(args)
+    if args.command == "leave":
+        return leave(args)
     return 2  # pragma: no cover - argparse requires a command
 
 

@@ -163,6 +163,7 @@ class Agent:
         self._work = ThreadPoolExecutor(1, thread_name_prefix="listener")
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="assignor")
         self._leave_deadline: float | None = None
+        self._left = threading.Event()  # run() has returned
 
     # --- control -------------------------------------------------------------------------
 
@@ -170,6 +171,18 @@ class Agent:
         """Revoke everything and leave the group (idempotent; safe from a signal handler)."""
         self._stop_requested.set()
         self._wake.set()
+
+    def leave(self, timeout_s: float) -> bool:
+        """`stop()`, then wait up to `timeout_s` for the agent to have left (its work revoked
+        through the listener, the leave sent or given up). True once it has: the status
+        endpoint's POST /leave, a worker's preStop hook."""
+        self.stop()
+        return self._left.wait(timeout_s)
+
+    @property
+    def left(self) -> bool:
+        """Whether `run()` has returned."""
+        return self._left.is_set()
 
     def abandon(self) -> None:
         """Give up at once: stop retrying listener calls (second SIGTERM)."""
@@ -218,6 +231,7 @@ class Agent:
                 self.settings.member_id,
                 self.settings.group_id,
             )
+            self._left.set()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -229,6 +243,10 @@ class Agent:
                 if self._stop_requested.is_set() and m.phase not in (Phase.LEAVING, Phase.LEFT):
                     log.info("leaving the group: stopping all work first")
                     m.leave(now)
+                    self._leave_deadline = None
+                if self._leave_deadline is None and m.phase is Phase.LEAVING and not m.running:
+                    # The time to deliver the leave runs from when the work has stopped (a slow
+                    # revocation must not use it up).
                     self._leave_deadline = time.monotonic() + self.settings.leave_timeout_s
                 if (
                     self._leave_deadline is not None

@@ -13,6 +13,14 @@ run changes and `set_not_ready` when it stops being a member (fenced, leaving); 
 - ``GET /watch``: server-sent events; the current state at once as ``event: assignment`` with the
   JSON above as data, then one such event per change (a watcher that falls behind gets the latest
   state, not every intermediate one), and a ``: keepalive`` comment when idle.
+- ``POST /leave`` (``?timeout_s=S``, default `DEFAULT_LEAVE_TIMEOUT_S`): the same graceful stop
+  as SIGTERM (revoke everything through the listener, then leave the group), answered once it
+  has finished: 200 ``{"left": true, ...}``; 504 ``{"left": false, ...}`` if it has not within
+  S seconds (it goes on). Only from the same pod: the caller's address must be a loopback one
+  or the address it connected to (a container of the same pod dialling the pod's IP); 403
+  otherwise. This is what a worker container's ``preStop`` hook calls (``worker-agent leave``),
+  so that its work is revoked while the worker still runs, before either container gets
+  SIGTERM. 404 when the agent installed no handler (`set_leave_handler`).
 - anything else: 404 with a JSON error.
 """
 
@@ -20,20 +28,30 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import json
 import logging
+import math
 import socket
 import threading
 import urllib.parse
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from connect_protocol.resources import EMPTY, ResourceSet
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
-__all__ = ["StatusServer"]
+__all__ = ["DEFAULT_LEAVE_TIMEOUT_S", "LeaveHandler", "StatusServer", "same_pod"]
 
 _log = logging.getLogger(__name__)
+
+#: POST /leave without ?timeout_s=: how long the call waits for the agent to have left.
+DEFAULT_LEAVE_TIMEOUT_S = 60.0
+#: The longest ?timeout_s= accepted.
+MAX_LEAVE_TIMEOUT_S = 3600.0
+#: Leave and wait up to the given seconds; returns (left, what happened or what is left to do).
+LeaveHandler = Callable[[float], tuple[bool, str]]
 
 
 class StatusServer:
@@ -74,6 +92,7 @@ class StatusServer:
         self._streams: set[socket.socket] = set()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._leave_handler: LeaveHandler | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -168,7 +187,20 @@ class StatusServer:
             self._version += 1
             self._changed.notify_all()
 
+    def set_leave_handler(self, handler: LeaveHandler | None) -> None:
+        """What POST /leave calls (None: POST /leave answers 404)."""
+        with self._changed:
+            self._leave_handler = handler
+
     # --- what the handler reads ------------------------------------------------------------
+
+    def _leave(self, timeout_s: float) -> tuple[int, dict[str, object]]:
+        with self._changed:
+            handler = self._leave_handler
+        if handler is None:
+            return 404, {"error": "this agent does not leave on request"}
+        left, detail = handler(timeout_s)
+        return (200 if left else 504), {"left": left, "detail": detail, **self.snapshot()}
 
     def _snapshot_locked(self) -> dict[str, object]:
         return {
@@ -229,6 +261,28 @@ class StatusServer:
                 self._streams.discard(sock)
 
 
+def same_pod(peer: str, local: str) -> bool:
+    """Whether a caller at `peer` that reached us at `local` is in this pod: a loopback address,
+    or the very address it dialled (the containers of a pod share its network namespace, so a
+    call to the pod's IP from inside comes from that IP; the kubelet and other pods come from
+    elsewhere)."""
+    try:
+        address = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return True
+    try:
+        dialled = ipaddress.ip_address(local.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(dialled, ipaddress.IPv6Address) and dialled.ipv4_mapped is not None:
+        dialled = dialled.ipv4_mapped
+    return address == dialled
+
+
 def _handler_for(server: StatusServer) -> type[_StatusHandler]:
     return type("StatusHandler", (_StatusHandler,), {"status": server})
 
@@ -256,6 +310,36 @@ class _StatusHandler(BaseHTTPRequestHandler):
             self.status._watch(self)
         else:
             self._send_json(404, {"error": "not found", "path": path})
+
+    def do_POST(self) -> None:
+        split = urllib.parse.urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        if 0 < length <= 65536:
+            self.rfile.read(length)  # a body is allowed, and ignored
+        if split.path != "/leave":
+            self._send_json(404, {"error": "not found", "path": split.path})
+            return
+        if not self._from_same_pod():
+            self._send_json(403, {"error": "POST /leave is accepted from the same pod only"})
+            return
+        query = urllib.parse.parse_qs(split.query)
+        try:
+            timeout_s = float(query.get("timeout_s", [DEFAULT_LEAVE_TIMEOUT_S])[-1])
+        except ValueError:
+            timeout_s = math.nan
+        if not 0 < timeout_s <= MAX_LEAVE_TIMEOUT_S:
+            self._send_json(
+                400, {"error": f"timeout_s must be in (0, {MAX_LEAVE_TIMEOUT_S:g}] seconds"}
+            )
+            return
+        code, body = self.status._leave(timeout_s)
+        self._send_json(code, body)
+
+    def _from_same_pod(self) -> bool:
+        local = ""
+        with contextlib.suppress(OSError):
+            local = str(self.connection.getsockname()[0])
+        return same_pod(str(self.client_address[0]), local)
 
     def _send_json(self, code: int, body: dict[str, Any]) -> None:
         self._send(code, "application/json", json.dumps(body).encode())

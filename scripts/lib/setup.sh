@@ -4,6 +4,7 @@
 # Extra Debian packages the suite needs; installed only when `dpkg -s` says missing.
 # More can be given at run time, space-separated, in EXTRA_APT_PACKAGES.
 APT_PACKAGES=(
+    prometheus  # promtool: tests/deploy/test_monitoring.py checks the alert rules with it
     # The audit export (audit_export/, tests/audit): PySpark runs on Java 17 and reads the
     # databases through these JDBC drivers (Spark cannot download jars here).
     openjdk-17-jre-headless

@@ -15,6 +15,9 @@ from tests.deploy.k8s import K8S, OVERLAYS_DIR, Obj, Rendered, overlay_names, re
 # prod (the dev-tls overlay puts it on top of dev).
 PROD_WITH_WORKERS = "prod+sample-workers"
 PROD_WITH_WORKERS_TLS = "prod+sample-workers+tls-cert-manager"
+# prod with the optional monitoring component (and the sample workers, whose pods the dashboard
+# shows).
+PROD_WITH_MONITORING = "prod+sample-workers+monitoring"
 
 
 def render_combination(
@@ -50,6 +53,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Rendered]:
                 PROD_WITH_WORKERS_TLS,
                 ["components/sample-workers", "components/tls-cert-manager"],
             ),
+            (PROD_WITH_MONITORING, ["components/sample-workers", "components/monitoring"]),
         ):
             folder = tmp_path_factory.mktemp(name.replace("+", "-"))
             text, objects = render_combination(folder, namespace, ["overlays/prod"], components)

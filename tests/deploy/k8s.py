@@ -72,6 +72,19 @@ def is_cert_manager(obj: Obj) -> bool:
     )
 
 
+PROMETHEUS_OPERATOR_API = "monitoring.coreos.com/v1"
+
+
+def is_prometheus_operator(obj: Obj) -> bool:
+    """An object of the Prometheus Operator's API group (ServiceMonitor, PrometheusRule, ...)."""
+    return str(obj.get("apiVersion", "")).split("/")[0] == "monitoring.coreos.com"
+
+
+def is_custom_resource(obj: Obj) -> bool:
+    """An object of a custom resource the manifests use (no schema of Kubernetes' own)."""
+    return is_cert_manager(obj) or is_prometheus_operator(obj)
+
+
 def namespace_of(obj: Obj) -> str:
     return str(obj.get("metadata", {}).get("namespace") or "default")
 
@@ -108,7 +121,19 @@ class PodTemplate:
 
     @property
     def containers(self) -> list[Obj]:
+        """Every container of the pod: its init containers (native sidecars among them:
+        `restartPolicy: Always`) first, then its main containers."""
+        return list(self.spec.get("initContainers") or []) + self.main_containers
+
+    @property
+    def main_containers(self) -> list[Obj]:
         return list(self.spec.get("containers") or [])
+
+    @property
+    def sidecars(self) -> list[Obj]:
+        """Native sidecars (Kubernetes 1.29+): init containers with `restartPolicy: Always`,
+        started before the main containers and stopped after them."""
+        return [c for c in self.spec.get("initContainers") or [] if is_sidecar(c)]
 
     def container(self, name: str) -> Obj:
         for c in self.containers:
@@ -196,6 +221,11 @@ class Rendered:
             for c in t.containers
             if tuple(argv(c)[: len(command)]) == command
         ]
+
+
+def is_sidecar(container: Obj) -> bool:
+    """A native sidecar: an init container that restarts (`restartPolicy: Always`)."""
+    return container.get("restartPolicy") == "Always"
 
 
 def _pod_templates(objects: list[Obj]) -> Iterator[PodTemplate]:

@@ -2,6 +2,12 @@
 processes started from their rendered containers (command, args, environment), a Service as a
 round-robin TCP proxy on 127.0.0.1, and the kubelet's probes run against the processes.
 
+A pod starts and stops its containers as the kubelet (1.29+) does: native sidecars (init
+containers with `restartPolicy: Always`) first, each waited for until started (its startup
+probe), then the main containers; on deletion, each main container's preStop hook, then its
+SIGTERM, then, once every main container has exited, the sidecars' SIGTERM in reverse order, and
+SIGKILL for whatever is left when the grace period ends.
+
 Only addresses and ports are changed from the manifests (the caller decides which); everything
 else (commands, flags, environment variables, timeouts) is what the manifests say.
 """
@@ -9,6 +15,7 @@ else (commands, flags, environment variables, timeouts) is what the manifests sa
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import signal
 import socket
@@ -75,37 +82,68 @@ def wait_for(
 
 @dataclass
 class LocalContainer:
-    """One container of a local pod: its command line and environment."""
+    """One container of a local pod: its command line and environment; whether it is a native
+    sidecar, and its preStop exec hook (run with its environment, as the kubelet runs it in the
+    container)."""
 
     name: str
     argv: list[str]
     env: dict[str, str]
     spec: Obj
+    sidecar: bool = False
+    pre_stop: list[str] | None = None
 
 
 @dataclass
 class LocalPod:
-    """A pod as processes: `start` runs every container; `terminate` does what the kubelet does
-    on deletion (SIGTERM to every container at once, SIGKILL after the grace period)."""
+    """A pod as processes: `start` runs its containers, sidecars first (each waited for with
+    `started`, its startup probe); `terminate` does what the kubelet does on deletion (the main
+    containers' preStop hooks, their SIGTERM, then the sidecars', SIGKILL after the grace
+    period), writing down when each step happened in `timeline`."""
 
     name: str
     containers: list[LocalContainer]
     log_dir: Path
     grace_s: float
+    started: Callable[[LocalContainer], bool] | None = None
     incarnation: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    hook_codes: dict[str, int | None] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
     def start(self) -> None:
         assert not self.alive(), f"{self.name} is running"
         self.incarnation += 1
         self.procs = {}
-        for c in self.containers:
+        self.timeline = []
+        self.hook_codes = {}
+        sidecars = [c for c in self.containers if c.sidecar]
+        for c in sidecars + [c for c in self.containers if not c.sidecar]:
             log = open(self.log_path(c.name), "wb")  # noqa: SIM115 - closed in close()
             self._logs.append(log)
             self.procs[c.name] = subprocess.Popen(
                 c.argv, env=c.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.log_dir
             )
+            self._note(f"started {c.name}")
+            if c.sidecar and self.started is not None:
+                wait_for(
+                    f"{self.name}: sidecar {c.name} to start",
+                    functools.partial(self.started, c),
+                    timeout_s=30,
+                    diagnostics=self.tail,
+                )
+                self._note(f"{c.name} started")
+
+    def _note(self, what: str) -> None:
+        self.timeline.append((time.monotonic(), what))
+
+    def when(self, what: str) -> float:
+        """When `what` happened (the first time), on time.monotonic()."""
+        for at, done in self.timeline:
+            if done == what:
+                return at
+        raise AssertionError(f"{self.name}: {what!r} never happened: {self.timeline}")
 
     def log_path(self, container: str, incarnation: int | None = None) -> Path:
         n = self.incarnation if incarnation is None else incarnation
@@ -122,20 +160,62 @@ class LocalPod:
         return {name: p.poll() for name, p in self.procs.items()}
 
     def terminate(self) -> dict[str, int]:
-        """SIGTERM every container, wait up to the grace period, then SIGKILL. Returns the exit
-        codes (-9 for a container that had to be killed)."""
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+        """What the kubelet does when the pod is deleted: for every main container at once, its
+        preStop hook (if any) and then SIGTERM; once every main container has exited, SIGTERM
+        to each sidecar in reverse order, waiting for each; SIGKILL to whatever still runs when
+        the grace period ends. Returns the exit codes (-9 for a container that had to be
+        killed); `timeline` has each step, `hook_codes` each hook's exit code."""
         deadline = time.monotonic() + self.grace_s
+        self._note("deleted")
+        mains = [c for c in self.containers if not c.sidecar]
+        threads = [
+            threading.Thread(target=self._stop_main, args=(c, deadline), daemon=True) for c in mains
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()) + 5)
         codes: dict[str, int] = {}
-        for name, p in self.procs.items():
-            try:
-                codes[name] = p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes[name] = p.wait(10)
+        for c in mains:
+            codes[c.name] = self._wait_or_kill(c.name, deadline)
+        for c in reversed([c for c in self.containers if c.sidecar]):
+            p = self.procs[c.name]
+            if p.poll() is None:
+                self._note(f"SIGTERM {c.name}")
+                p.send_signal(signal.SIGTERM)
+            codes[c.name] = self._wait_or_kill(c.name, deadline)
         return codes
+
+    def _stop_main(self, c: LocalContainer, deadline: float) -> None:
+        p = self.procs[c.name]
+        if c.pre_stop and p.poll() is None:
+            self._note(f"preStop {c.name}")
+            with open(
+                self.log_dir / f"{self.name}.{c.name}.preStop.{self.incarnation}.log", "wb"
+            ) as out:
+                hook = subprocess.Popen(
+                    c.pre_stop, env=c.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.log_dir
+                )
+                try:
+                    self.hook_codes[c.name] = hook.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    hook.kill()
+                    self.hook_codes[c.name] = hook.wait(10)
+            self._note(f"preStop {c.name} done")
+        if p.poll() is None:
+            self._note(f"SIGTERM {c.name}")
+            p.send_signal(signal.SIGTERM)
+
+    def _wait_or_kill(self, name: str, deadline: float) -> int:
+        p = self.procs[name]
+        try:
+            code = p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = p.wait(10)
+            self._note(f"SIGKILL {name}")
+        self._note(f"exited {name}")
+        return code
 
     def kill(self) -> None:
         for p in self.procs.values():

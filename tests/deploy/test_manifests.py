@@ -9,6 +9,7 @@ test_tls_manifests.py."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -18,9 +19,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coordinator_svc.grpc_api.server import ADMIN_SERVICE, COORDINATOR_SERVICE
-from tests.deploy.conftest import PROD_WITH_WORKERS, PROD_WITH_WORKERS_TLS
+from audit_export.cli import EXIT_VIOLATIONS
+from coordinator_svc.grpc_api.server import (
+    LIVENESS_SERVICE,
+    READINESS_SERVICE,
+)
+from tests.deploy.conftest import (
+    PROD_WITH_MONITORING,
+    PROD_WITH_WORKERS,
+    PROD_WITH_WORKERS_TLS,
+)
 from tests.deploy.k8s import (
+    K8S,
     REPO,
     Obj,
     PodFacts,
@@ -29,27 +39,37 @@ from tests.deploy.k8s import (
     argv,
     container_env,
     container_ports,
-    is_cert_manager,
+    is_custom_resource,
     labels_match,
     load_example_secret,
     overlay_names,
+    render,
     secret_data,
 )
 
 OVERLAYS = overlay_names()
-# Every overlay, plus prod with the sample worker component added the way README says, and with
-# the TLS component too.
-ALL = [*OVERLAYS, PROD_WITH_WORKERS, PROD_WITH_WORKERS_TLS]
+# Every overlay, plus prod with the sample worker component added the way README says, with the
+# TLS component too, and with the monitoring component.
+ALL = [*OVERLAYS, PROD_WITH_WORKERS, PROD_WITH_WORKERS_TLS, PROD_WITH_MONITORING]
 # The renderings that run the sample workers.
 WITH_WORKERS = [
     *(o for o in OVERLAYS if o.startswith("dev")),
     PROD_WITH_WORKERS,
     PROD_WITH_WORKERS_TLS,
 ]
-# The oldest Kubernetes the manifests support (README) and the newest schemas installed.
-K8S_VERSIONS = ("1.28.0", None)
+# The Kubernetes versions the manifests support (README: 1.29, for native sidecars) up to the
+# newest release the README names, and the newest schemas installed.
+K8S_VERSIONS = ("1.29.0", "1.30.0", "1.31.0", None)
 BIN = Path(sys.executable).parent
-IMAGE = "connect-group-coordinator"  # the image name in the base, which overlays retarget
+# The image names in the base, which overlays retarget: one per part (Dockerfile targets). Every
+# image of ours contains IMAGE.
+IMAGE = "connect-group-coordinator"
+IMAGES = {
+    "connect-group-coordinator": "coordinator",
+    "connect-group-coordinator-agent": "agent",
+    "connect-group-coordinator-audit": "audit",
+}
+PINNED_IMAGES = K8S / "components" / "pinned-images" / "kustomization.yaml"
 
 COORDINATOR = ("coordinator-svc", "serve")
 AGENT = ("worker-agent", "run")
@@ -62,15 +82,23 @@ def test_the_overlays_are_dev_and_prod_at_least() -> None:
     assert {"dev", "prod"} <= set(OVERLAYS), OVERLAYS
 
 
+def test_the_readme_names_the_kubernetes_versions_validated_here() -> None:
+    readme = (K8S / "README.md").read_text()
+    assert "Kubernetes 1.29 or newer" in readme  # native sidecars
+    for version in K8S_VERSIONS:
+        if version:
+            assert version.removesuffix(".0") in readme, version
+
+
 @pytest.mark.parametrize("version", K8S_VERSIONS, ids=lambda v: v or "latest")
 @pytest.mark.parametrize("overlay", ALL)
 def test_every_object_validates_offline_against_the_kubernetes_schemas(
     rendered: dict[str, Rendered], overlay: str, version: str | None, tmp_path: Path
 ) -> None:
     r = rendered[overlay]
-    # cert-manager's kinds have no schema here (they are CRDs): test_tls_manifests.py checks
-    # their structure. Everything else must have one.
-    checked = [o for o in r.objects if not is_cert_manager(o)]
+    # Custom resources have no schema here: test_tls_manifests.py checks cert-manager's,
+    # test_monitoring.py the Prometheus Operator's. Everything else must have one.
+    checked = [o for o in r.objects if not is_custom_resource(o)]
     path = tmp_path / f"{overlay}.yaml"
     path.write_text(yaml.safe_dump_all(checked, sort_keys=False))
     tool = BIN / "kubernetes-validate"
@@ -174,9 +202,26 @@ def test_coordinator_probes_are_native_grpc_health_checks_of_services_it_serves(
         return
     for kind, probe in probes.items():
         assert "grpc" in probe, f"{kind} is not a native gRPC probe"
-        # The health service answers for "" (the server) and each of the two services.
-        assert probe["grpc"].get("service", "") in ("", COORDINATOR_SERVICE, ADMIN_SERVICE)
         assert probe["grpc"]["port"] == container_ports(container)["grpc"]
+    # Readiness: the database within a lease and the schema at head. Liveness (and start-up):
+    # the server answers; never the database, so an outage restarts nothing.
+    assert probes["readinessProbe"]["grpc"]["service"] == READINESS_SERVICE
+    assert probes["livenessProbe"]["grpc"]["service"] == LIVENESS_SERVICE
+    assert probes["startupProbe"]["grpc"]["service"] == LIVENESS_SERVICE
+    check_coordinator_probe_timing(r, template, container)
+
+
+def check_coordinator_probe_timing(r: Rendered, template: PodTemplate, container: Obj) -> None:
+    """Liveness tolerates a busy Python process (a slow answer is not a dead one); the startup
+    probe allows for the wait for the migration Job (WAIT_FOR_SCHEMA) and the Deployment's
+    progress deadline too."""
+    live, startup = container["livenessProbe"], container["startupProbe"]
+    assert live["timeoutSeconds"] >= 5 and live["failureThreshold"] >= 6, live
+    assert live["periodSeconds"] * live["failureThreshold"] >= 60, live
+    env = _env_without_secrets(r, container, template.namespace)
+    wait_s = float(env["WAIT_FOR_SCHEMA"])
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= wait_s + 20, (startup, wait_s)
+    assert template.owner["spec"]["progressDeadlineSeconds"] > wait_s
 
 
 @pytest.mark.parametrize("overlay", ALL)
@@ -232,6 +277,8 @@ def test_workload_and_disruption_budget_selectors_match_their_pods(
         ]
         assert len(selected) == 1, f"PDB {pdb['metadata']['name']} selects {len(selected)}"
         assert selected[0].owner["kind"] in ("Deployment", "StatefulSet")
+        # A pod that is not ready serves nothing: never let it block a drain.
+        assert pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow", pdb
     covered = {
         t.owner_ref
         for t in templates
@@ -535,8 +582,62 @@ def test_every_container_of_the_image_is_non_root_read_only_and_bounded(
             assert sc.get("readOnlyRootFilesystem") is True, where
             assert sc.get("allowPrivilegeEscalation") is False, where
             assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+            # Memory request = limit: never over its request, the last the kubelet evicts.
+            assert _bytes(resources["requests"]["memory"]) == _bytes(
+                resources["limits"]["memory"]
+            ), where
         assert template.spec.get("automountServiceAccountToken") is False, template.owner_ref
     assert ours >= 3
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_servers_are_burstable_without_a_cpu_limit_and_scheduled_with_priority_and_spread(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    """README, "Scheduling and resources": the coordinator and the agent get no CPU limit (no
+    CFS throttling of latency-sensitive servers: Burstable QoS, chosen over Guaranteed), a
+    priority class above ordinary pods (the coordinator's above the workers'), and a hard spread
+    over nodes (coordinators also over zones in prod)."""
+    r = rendered[overlay]
+    priority = {o["metadata"]["name"]: o["value"] for o in r.all("PriorityClass")}
+    [(coordinator, container)] = r.pods_running(*COORDINATOR)
+    servers = [(coordinator, container), *r.pods_running(*AGENT)]
+    for template, c in servers:
+        where = f"{template.owner_ref} {c['name']}"
+        assert "cpu" not in c["resources"].get("limits", {}), f"{where}: a CPU limit throttles"
+        assert c["resources"]["requests"]["cpu"], where
+        name = template.spec.get("priorityClassName")
+        assert name in priority, f"{where}: priority class {name!r} is not rendered"
+        assert 0 < priority[name] < 1_000_000_000, (name, priority[name])
+        hard = [
+            t
+            for t in template.spec.get("topologySpreadConstraints") or []
+            if t["whenUnsatisfiable"] == "DoNotSchedule"
+        ]
+        keys = {t["topologyKey"] for t in hard}
+        assert "kubernetes.io/hostname" in keys, f"{where}: no hard spread over nodes"
+        for t in hard:
+            assert t["maxSkew"] == 1 and labels_match(t["labelSelector"], template.labels), t
+        if template is coordinator and overlay.startswith("prod"):
+            assert "topology.kubernetes.io/zone" in keys, "prod: coordinators over zones"
+    for template, _c in r.pods_running(*AGENT):
+        assert (
+            priority[template.spec["priorityClassName"]]
+            < priority[coordinator.spec["priorityClassName"]]
+        )
+    # The batch pods: a priority class that exists too.
+    for template in r.pod_templates():
+        name = template.spec.get("priorityClassName")
+        assert name is None or name in priority, f"{template.owner_ref}: {name}"
+
+
+#: Budgeted tries of a revocation through the listener in the grace period (README, "Stopping a
+#: worker"), the longest back-off between two (worker_agent.runtime: listener_max_backoff_s),
+#: the leave's delivery (runtime.LEAVE_TIMEOUT_S), the worker's and the agent's exit.
+HOOK_TRIES = 3
+HOOK_BACKOFF_S = 5.0
+LEAVE_S = 10.0
+EXIT_S = 10.0
 
 
 @pytest.mark.parametrize("overlay", WITH_WORKERS)
@@ -548,6 +649,9 @@ def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_gra
     [(same, worker)] = r.pods_running(*SAMPLE_WORKER)
     assert same.owner_ref == template.owner_ref
     assert template.owner["kind"] == "StatefulSet"
+    # The agent is a native sidecar (started before the worker, stopped after it); the worker a
+    # main container.
+    assert agent in template.sidecars and worker in template.main_containers
     ns = template.namespace
     env = container_env(
         agent, PodFacts("connect-worker-2", ns, "10.0.0.7"), r.configmaps(ns), r.secrets(ns)
@@ -557,22 +661,40 @@ def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_gra
     assert "WORKER_AGENT_MEMBER_ID" not in env
     assert env["WORKER_AGENT_INSTANCE_ID"] == "connect-worker-2"
     # Readiness: the agent's /ready, on the port its status endpoint listens on, reachable by
-    # the kubelet (not only on the loopback).
+    # the kubelet (not only on the loopback). The worker starts once the endpoint answers.
     probe = agent["readinessProbe"]["httpGet"]
     assert probe["path"] == "/ready"
     status_port = container_ports(agent)[probe["port"]]
     assert env["WORKER_AGENT_STATUS_PORT"] == str(status_port)
     assert env["WORKER_AGENT_STATUS_HOST"] not in ("127.0.0.1", "localhost", "::1")
     assert agent["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    # The sample worker reads the same endpoint over the pod's loopback.
+    assert agent["startupProbe"]["httpGet"]["path"] == "/healthz"
+    # The worker takes the agent's webhook, on the pod's loopback, where it listens; it polls
+    # the agent's status endpoint over the same loopback.
     worker_env = container_env(
         worker, PodFacts("connect-worker-2", ns, "10.0.0.7"), r.configmaps(ns), r.secrets(ns)
     )
+    assert worker_env["SAMPLE_WORKER_MODE"] == "webhook"
+    listen = worker_env["SAMPLE_WORKER_LISTEN"]
+    assert listen.startswith("127.0.0.1:"), listen
+    assert env["WORKER_AGENT_WEBHOOK"].startswith(f"http://{listen}/"), env["WORKER_AGENT_WEBHOOK"]
+    assert int(listen.rpartition(":")[2]) not in container_ports(agent).values()
     assert worker_env["SAMPLE_WORKER_STATUS_URL"] == f"http://127.0.0.1:{status_port}"
-    # SIGTERM: the agent stops the work through its listener (a hook gets
-    # WORKER_AGENT_HOOK_TIMEOUT_S per try) and delivers its leave (within 10 s).
+    # Deletion: the worker's preStop hook has the agent revoke and leave, and waits for it; the
+    # grace period covers it: the hook's wait is A tries of H seconds, A - 1 back-offs and the
+    # leave; then the worker's and the agent's exit.
+    hook = worker["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook[:2] == ["worker-agent", "leave"], hook
+    options = dict(a.removeprefix("--").split("=", 1) for a in hook[2:])
+    assert options["status-url"] == f"http://127.0.0.1:{status_port}", options
+    hook_timeout = float(env["WORKER_AGENT_HOOK_TIMEOUT_S"])
+    wait_s = float(options["timeout-s"])
+    assert wait_s >= HOOK_TRIES * hook_timeout + (HOOK_TRIES - 1) * HOOK_BACKOFF_S + LEAVE_S
     grace = template.spec["terminationGracePeriodSeconds"]
-    assert grace >= float(env.get("WORKER_AGENT_HOOK_TIMEOUT_S", 30)) + 10 + 5
+    assert grace >= wait_s + EXIT_S, (grace, wait_s)
+    # ... and the README's formula gives the same numbers.
+    readme = (K8S / "README.md").read_text()
+    assert f"--timeout-s={wait_s:g}" in readme and f"= {grace} s" in readme
     # A rolling restart must be back before the coordinator's session timeout expires the
     # departed static member (the coordinator's config, which the agent learns from it).
     [(coordinator, container)] = r.pods_running(*COORDINATOR)
@@ -613,7 +735,7 @@ def _options(help_text: str) -> set[str]:
 
 
 # Read by something other than the program (the image, the JVM, Spark's launcher).
-NOT_FOR_THE_PROGRAM = {"HOME", "SPARK_LOCAL_IP"}
+NOT_FOR_THE_PROGRAM = {"HOME", "SPARK_LOCAL_IP", "SPARK_LOCAL_DIRS"}
 
 
 @pytest.mark.parametrize("overlay", ALL)
@@ -648,6 +770,17 @@ def test_every_variable_and_flag_given_to_a_program_is_one_it_reads(
                 assert flag.split("=")[0] in _options(help_text), (
                     f"{template.owner_ref}: {flag} is not an option of {' '.join(command)}"
                 )
+    # The lifecycle hooks' commands too.
+    for template in r.pod_templates():
+        for container in template.containers:
+            for hook in (container.get("lifecycle") or {}).values():
+                command = [str(a) for a in hook.get("exec", {}).get("command", [])]
+                if not command:
+                    continue
+                assert command[:2] == ["worker-agent", "leave"], command
+                options = _options(_help(*command[:2]))
+                for flag in [a for a in command[2:] if a.startswith("--")]:
+                    assert flag.split("=")[0] in options, f"{template.owner_ref}: {command}"
 
 
 def _entry_point(command: tuple[str, ...]) -> tuple[str, ...]:
@@ -689,41 +822,79 @@ def test_audit_cronjob_runs_the_export_locally_into_its_volume(
     r.get("PersistentVolumeClaim", claim, template.namespace)
     env = _env_without_secrets(r, container, template.namespace)
     assert env["AUDIT_EXPORT_MASTER"].startswith("local[")  # Spark in local mode, in the pod
-    # Spark needs a writable scratch directory on a read-only root filesystem.
-    assert "/tmp" in mounts and "emptyDir" in volumes[mounts["/tmp"]]
-    limit = container["resources"]["limits"]["memory"]
+    # Spark needs a writable scratch directory on a read-only root filesystem: its local dirs
+    # are an emptyDir, bounded, and the pod asks the scheduler for that much disk.
+    scratch = env["SPARK_LOCAL_DIRS"]
+    assert scratch in mounts and "emptyDir" in volumes[mounts[scratch]]
+    size = _bytes(volumes[mounts[scratch]]["emptyDir"]["sizeLimit"])
+    resources = container["resources"]
+    assert _bytes(resources["requests"]["ephemeral-storage"]) >= size, resources
+    assert _bytes(resources["limits"]["ephemeral-storage"]) >= size, resources
+    limit = resources["limits"]["memory"]
     assert _bytes(limit) > _bytes(env["AUDIT_EXPORT_DRIVER_MEMORY"]) * 1.3, (limit, env)
+    # A violation (exit 3, --fail-on-violations) is a finding: the Job fails at once, no retry.
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert "--fail-on-violations" in args
+    assert template.spec["restartPolicy"] == "Never"  # what podFailurePolicy requires
+    [rule] = [
+        rule
+        for rule in job["podFailurePolicy"]["rules"]
+        if rule["action"] == "FailJob" and "onExitCodes" in rule
+    ]
+    codes = rule["onExitCodes"]
+    assert codes["containerName"] == container["name"]
+    assert codes["operator"] == "In" and codes["values"] == [EXIT_VIOLATIONS], codes
+    assert job["backoffLimit"] >= 1  # other failures are retried
 
 
 def _bytes(quantity: str) -> float:
     units = {"k": 1e3, "m": 2**20, "g": 2**30, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    quantity = str(quantity)
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", quantity)
     assert m, quantity
     return float(m.group(1)) * units.get(m.group(2), 1)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_migration_job_upgrades_the_schema_before_the_rollout(
+def test_coordinators_wait_for_the_migration_job_which_can_run_again_on_the_next_upgrade(
     rendered: dict[str, Rendered], overlay: str
 ) -> None:
+    """One `kubectl apply -k` orders the migration by itself: the coordinators never migrate,
+    they wait for the schema the Job brings; the Job, with a fixed name (kubectl apply cannot
+    generate one), removes itself soon after it finished, so the next apply creates and runs
+    it again (README, "Install and upgrade")."""
     r = rendered[overlay]
     [(template, container)] = r.pods_running(*MIGRATE)
-    assert template.owner["kind"] == "Job"
+    job = template.owner
+    assert job["kind"] == "Job"
     assert template.spec["restartPolicy"] in ("Never", "OnFailure")
     assert argv(container) == list(MIGRATE)
-    [(_c, coordinator)] = r.pods_running(*COORDINATOR)
+    [(coordinator_t, coordinator)] = r.pods_running(*COORDINATOR)
     assert container["image"] == coordinator["image"]
+    env = _env_without_secrets(r, coordinator, coordinator_t.namespace)
+    wait_s = float(env["WAIT_FOR_SCHEMA"])
+    # Waits at least as long as the Job may run, and its probes allow for that.
+    assert wait_s >= job["spec"]["activeDeadlineSeconds"], (wait_s, job["spec"])
+    check_coordinator_probe_timing(r, coordinator_t, coordinator)
+    assert "generateName" not in job["metadata"]
+    assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 600, job["spec"]
     # README: `kubectl apply -l app.kubernetes.io/component=migrate` applies the Job alone
-    # before the rollout; what it needs (its ServiceAccount) must carry the same label.
+    # (optional now); what it needs (its ServiceAccount) must carry the same label.
     selected = {
         (o["kind"], o["metadata"]["name"])
         for o in r.objects
         if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "migrate"
     }
     assert selected == {
-        ("Job", template.owner["metadata"]["name"]),
+        ("Job", job["metadata"]["name"]),
         ("ServiceAccount", template.spec["serviceAccountName"]),
     }, selected
+
+
+def _pinned() -> dict[str, Obj]:
+    """The images components/pinned-images pins: name -> its images: entry."""
+    component = yaml.safe_load(PINNED_IMAGES.read_text())
+    return {i["name"]: i for i in component.get("images") or []}
 
 
 def test_overlays_set_image_replicas_config_and_resources_without_editing_the_base(
@@ -733,7 +904,6 @@ def test_overlays_set_image_replicas_config_and_resources_without_editing_the_ba
     [(dev_t, dev_c)] = dev.pods_running(*COORDINATOR)
     [(prod_t, prod_c)] = prod.pods_running(*COORDINATOR)
     assert dev_c["image"] != prod_c["image"]
-    assert "/" in prod_c["image"] and prod_c["image"].endswith(":0.1.0")
     assert prod_t.owner["spec"]["replicas"] == 3
     assert dev_c["resources"] != prod_c["resources"]
     dev_env = dev.configmaps(dev_t.namespace)
@@ -743,12 +913,83 @@ def test_overlays_set_image_replicas_config_and_resources_without_editing_the_ba
     assert dev_cfg["SESSION_TIMEOUT_MS"] != prod_cfg["SESSION_TIMEOUT_MS"]
     assert prod_cfg.get("NO_MIGRATE") == "1" and "NO_MIGRATE" not in dev_cfg
     assert dev_t.namespace != prod_t.namespace
-    # Every container of every overlay runs the one image the overlay names.
-    for r in (dev, prod):
-        images = {
-            c["image"] for t in r.pod_templates() for c in t.containers if IMAGE in c["image"]
-        }
-        assert len(images) == 1, images
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_every_container_runs_the_image_of_its_part(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    """One image per part (the Dockerfile's targets): the coordinator's for the server and the
+    migration, the agent's for the sidecar and the sample worker, the audit image for the
+    export; each named once per overlay (one tag or digest)."""
+    r = rendered[overlay]
+    parts = {
+        "connect-group-coordinator": [COORDINATOR, MIGRATE],
+        "connect-group-coordinator-agent": [AGENT, SAMPLE_WORKER],
+        "connect-group-coordinator-audit": [AUDIT_EXPORT],
+    }
+    for name, commands in parts.items():
+        images = {c["image"] for command in commands for _t, c in r.pods_running(*command)}
+        if not images and name.endswith("-agent"):
+            continue  # no workers in this rendering
+        assert len(images) == 1, (name, images)
+        [image] = images
+        repository = re.split(r"[@]|:(?=[^/]*$)", image)[0]
+        assert repository.rsplit("/", 1)[-1] == name, (name, image)
+
+
+def test_prod_runs_the_images_pinned_by_digest_or_else_the_registrys_tag(
+    rendered: dict[str, Rendered],
+) -> None:
+    """prod includes components/pinned-images: an image it pins is run by digest (newName@
+    digest, whatever tag the overlay names); the others by the overlay's registry and tag."""
+    kustomization = yaml.safe_load((K8S / "overlays" / "prod" / "kustomization.yaml").read_text())
+    assert "../../components/pinned-images" in kustomization["components"]
+    pinned = _pinned()
+    tags = {i["name"]: i for i in kustomization["images"]}
+    seen = {
+        c["image"]
+        for t in rendered["prod"].pod_templates()
+        for c in t.containers
+        if IMAGE in c["image"]
+    }
+    assert len(seen) == 2  # the coordinator's and the audit export's (no workers in prod)
+    for name in IMAGES:
+        assert name in tags, f"prod retargets no image {name}"
+        if name.endswith("-agent"):
+            continue  # the agent runs in workers' pods, not in prod's
+        if name in pinned:
+            want = f"{pinned[name]['newName']}@{pinned[name]['digest']}"
+        else:
+            want = f"{tags[name]['newName']}:{tags[name]['newTag']}"
+        assert want in seen, (name, want, seen)
+        assert "/" in want
+
+
+def test_a_pinned_digest_wins_over_prods_tag(tmp_path: Path) -> None:
+    """What `scripts/build-images --pin` writes into components/pinned-images (a copy of the
+    tree here) makes prod run the pushed digests: the component's images: run before the
+    overlay's own."""
+    tree = tmp_path / "k8s"
+    shutil.copytree(K8S, tree)
+    pins = {
+        name: (f"registry.example.net/pinned/{name}", "sha256:" + f"{i:x}" * 64)
+        for i, name in enumerate(IMAGES, start=10)
+    }
+    component = yaml.safe_load(PINNED_IMAGES.read_text())
+    component["images"] = [
+        {"name": name, "newName": new, "digest": digest} for name, (new, digest) in pins.items()
+    ]
+    (tree / "components" / "pinned-images" / "kustomization.yaml").write_text(
+        yaml.safe_dump(component)
+    )
+    _text, objects = render(tree / "overlays" / "prod")
+    r = Rendered("prod-pinned", _text, objects)
+    images = {c["image"] for t in r.pod_templates() for c in t.containers}
+    for name in ("connect-group-coordinator", "connect-group-coordinator-audit"):
+        new, digest = pins[name]
+        assert f"{new}@{digest}" in images, images
+    assert not [i for i in images if i.endswith(":0.1.0")], images
 
 
 # --- the Dockerfile ---------------------------------------------------------------------------
@@ -766,30 +1007,42 @@ def _dockerfile_uid() -> int:
     return int(uid)
 
 
-def test_dockerfile_is_multi_stage_slim_non_root_with_java_and_the_jdbc_jars() -> None:
+def _stage(text: str, name: str) -> str:
+    """The text of the Dockerfile stage `name` (from its FROM line to the next FROM)."""
+    m = re.search(rf"^FROM\s+\S+\s+AS\s+{re.escape(name)}\s*$", text, flags=re.M | re.I)
+    assert m, f"the Dockerfile has no stage {name!r}"
+    rest = text[m.end() :]
+    end = re.search(r"^FROM\s", rest, flags=re.M)
+    return rest[: end.start()] if end else rest
+
+
+def test_dockerfile_has_a_slim_non_root_target_per_image_the_manifests_run() -> None:
     text = _dockerfile()
-    stages = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, flags=re.M | re.I)
-    assert len(stages) >= 2, stages
-    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.M)
+    base = re.search(r"^ARG BASE=(\S+)", text, flags=re.M)
     assert base and "slim" in base.group(1)
-    final = text[text.rindex("\nFROM ") :]
+    for target in IMAGES.values():
+        stage = _stage(text, target)
+        users = re.findall(r"^USER\s+(\S+)", stage, flags=re.M)
+        assert users and users[-1].split(":")[0] == str(_dockerfile_uid()), (target, users)
+    # Java and the JDBC drivers in the audit image only; the export looks for the jars where
+    # those packages put them.
+    audit = _stage(text, "audit")
     for package in ("libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java", "openjdk-17-jre"):
-        assert package in final, package
-    assert "COPY --from=build" in final
-    assert _dockerfile_uid() != 0
-    # The audit export looks for the jars where those packages put them.
+        assert package in audit, package
+        assert package not in _stage(text, "coordinator") + _stage(text, "agent"), package
     source = (REPO / "audit_export" / "source.py").read_text()
     assert (
         "/usr/share/java/postgresql.jar" in source and "/usr/share/java/sqlite-jdbc.jar" in source
     )
-    # Every command the manifests run is checked at build time.
-    for command in (
-        "coordinator-svc serve",
-        "worker-agent run",
-        "examples.sample_worker",
-        "coordinator-audit-export",
+    # Every command the manifests run is checked at build time, in the image that runs it.
+    for command, stage in (
+        ("coordinator-svc serve", "venv-coordinator"),
+        ("coordinator-svc migrate", "venv-coordinator"),
+        ("worker-agent run", "venv-agent"),
+        ("examples.sample_worker", "venv-agent"),
+        ("coordinator-audit-export", "venv-audit"),
     ):
-        assert command in text, command
+        assert command in _stage(text, stage), (command, stage)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".git", ".venv", "tests"} <= set(ignored)
 

@@ -2,33 +2,50 @@
 
 From the rendered manifests: the migration Job, the coordinator Deployment's replicas (two
 `coordinator-svc serve` processes on one PostgreSQL), its Service (a round-robin proxy), and the
-worker StatefulSet's pods (each a `worker-agent run` sidecar process beside a sample worker
-process). Commands, flags and environment variables are the manifests' (ConfigMaps, Secrets and
-the Downward API resolved as the kubelet does); only addresses and ports are local: the database
-URL is the test's, each pod's IP is 127.0.0.1, each port a free one. Probes are the manifests'
-probes, run against the processes.
+worker StatefulSet's pods (each a `worker-agent run` native sidecar beside a sample worker that
+takes the agent's webhook). Commands, flags, environment variables, preStop hooks and grace
+periods are the manifests' (ConfigMaps, Secrets and the Downward API resolved as the kubelet
+does); only addresses and ports are local: the database URL is the test's (the coordinators
+reach it through a TCP proxy the test can cut), each pod's IP is 127.0.0.1, each port a free
+one. Probes are the manifests' probes, run against the processes; pods start and stop their
+containers as the kubelet does (tests/deploy/local.py).
 
-Then what the StatefulSet does on a rolling update (pods replaced one by one in reverse ordinal
-order, each SIGTERMed, waited for, started again under the same name and waited for until ready)
-must leave the group epoch and every assignment unchanged, with no change of owner in the
-coordinator's events; and killing the coordinator that owns the group must let the other take
-over while the workers carry on.
+In order:
+- an upgrade: the database has the previous release's schema; the coordinators, started with the
+  migration Job as one `kubectl apply` would, wait for it (not ready, no gRPC server yet) and
+  start serving once it has run;
+- the StatefulSet's rolling update (pods replaced one by one in reverse ordinal order, each
+  deleted, waited for, started again under the same name and waited for until ready) leaves the
+  group epoch and every assignment unchanged, with no change of owner in the coordinator's
+  events; and each deletion goes in the order the manifests promise: the worker's preStop hook
+  has the agent revoke its work through the webhook (the worker stops it) and leave, then the
+  worker gets SIGTERM and exits, then the agent;
+- killing the coordinator that owns the group lets the other take over while the workers carry
+  on;
+- the next upgrade runs the migration Job again (kubectl re-creates it once its TTL removed the
+  last one): a no-op beside a serving coordinator;
+- the database away for less than the lease leaves readiness SERVING; for longer, it turns
+  NOT_SERVING and back by itself, while liveness stays SERVING throughout.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from alembic import command as alembic_command
 from connect.group.v1 import admin_pb2
 
+from coordinator_svc.store.migrate import alembic_config, code_revisions
 from tests.deploy.k8s import (
     Obj,
     PodFacts,
@@ -36,20 +53,29 @@ from tests.deploy.k8s import (
     Rendered,
     container_env,
     container_ports,
+    is_sidecar,
 )
 from tests.deploy.local import (
     LocalContainer,
     LocalPod,
     ServiceProxy,
+    grpc_probe,
     image_env,
     json_events,
     local_argv,
     run_probe,
     wait_for,
 )
-from tests.deploy.test_manifests import AGENT, COORDINATOR, MIGRATE, resolve_service
+from tests.deploy.test_manifests import (
+    AGENT,
+    COORDINATOR,
+    MIGRATE,
+    SAMPLE_WORKER,
+    resolve_service,
+)
 from tests.support.client import from_cat, names
 from tests.support.coordinator import Stubs, free_port
+from tests.support.tcp_proxy import TcpProxy
 
 Resources = tuple[frozenset[str], frozenset[tuple[str, int]]]
 CATALOGUE = {"orders-sink": 4, "audit-source": 2}
@@ -66,6 +92,7 @@ class Rehearsal:
         [(self.coord_t, self.coord_c)] = r.pods_running(*COORDINATOR)
         [(self.job_t, self.job_c)] = r.pods_running(*MIGRATE)
         [(self.worker_t, self.agent_c)] = r.pods_running(*AGENT)
+        [(_t, self.worker_c)] = r.pods_running(*SAMPLE_WORKER)
         self.ns = self.coord_t.namespace
         assert self.worker_t.namespace == self.ns
         # The only change to the manifests' data: the database is the test's.
@@ -76,6 +103,14 @@ class Rehearsal:
             if e["name"] == "DATABASE_URL"
         ]
         self.secrets[ref["name"]][ref["key"]] = database_url
+        # The coordinators reach the database through a proxy the test can cut.
+        url = sa.make_url(database_url)
+        self.db_proxy = TcpProxy(f"{url.host or '127.0.0.1'}:{url.port or 5432}")
+        stack.callback(self.db_proxy.close)
+        proxy_host, _, proxy_port = self.db_proxy.address.rpartition(":")
+        self.coordinator_database_url = url.set(
+            host=proxy_host, port=int(proxy_port)
+        ).render_as_string(hide_password=False)
         self.coordinators: dict[str, LocalPod] = {}
         self.coordinator_ports: dict[str, dict[int, int]] = {}
         self.coordinator_address: dict[str, str] = {}
@@ -92,27 +127,54 @@ class Rehearsal:
         name: str,
         configmaps: dict[str, dict[str, str]],
         extra_env: dict[str, str],
+        port_map: dict[int, int] | None = None,
     ) -> LocalPod:
+        """A pod of `template` named `name`: `extra_env` overrides variables the containers
+        have; `port_map` (container port -> local port) is applied to the preStop hooks'
+        loopback URLs and to the sidecars' startup probes."""
         home = self.tmp / name
         home.mkdir(exist_ok=True)
+        port_map = port_map or {}
         containers = []
         for c in template.containers:
             env = container_env(c, PodFacts(name, self.ns, "127.0.0.1"), configmaps, self.secrets)
             env = {**image_env(home), **env, **{k: v for k, v in extra_env.items() if k in env}}
-            containers.append(LocalContainer(c["name"], local_argv(c), env, c))
+            hook = ((c.get("lifecycle") or {}).get("preStop") or {}).get("exec")
+            pre_stop = None
+            if hook:
+                args = [str(a) for a in hook["command"]]
+                for container_port, local in port_map.items():
+                    args = [
+                        a.replace(f"127.0.0.1:{container_port}", f"127.0.0.1:{local}") for a in args
+                    ]
+                pre_stop = local_argv({"name": f"{c['name']} preStop", "command": args})
+            containers.append(
+                LocalContainer(c["name"], local_argv(c), env, c, is_sidecar(c), pre_stop)
+            )
         grace = float(template.spec.get("terminationGracePeriodSeconds", 30))
-        pod = LocalPod(name, containers, self.tmp, grace)
+
+        def started(c: LocalContainer) -> bool:
+            probe = c.spec.get("startupProbe")
+            return probe is None or run_probe(probe, port_map, container_ports(c.spec))
+
+        pod = LocalPod(name, containers, self.tmp, grace, started=started)
         self.stack.callback(pod.close)
         return pod
 
-    def migrate(self) -> None:
-        pod = self._pod(self.job_t, "coordinator-migrate-x7k2p", self.r.configmaps(self.ns), {})
+    def migrate(self, pod_name: str) -> LocalPod:
+        """One run of the migration Job (its pod `pod_name`), to completion."""
+        pod = self._pod(self.job_t, pod_name, self.r.configmaps(self.ns), {})
         pod.start()
-        # A Job's pod runs to completion.
         codes = {name: proc.wait(120) for name, proc in pod.procs.items()}
         assert codes == {"migrate": 0}, pod.tail()
+        return pod
 
-    def start_coordinators(self) -> None:
+    def schema(self) -> tuple[str, ...]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars()
+            return tuple(sorted(rows))
+
+    def start_coordinators(self, wait: bool = True) -> None:
         replicas = self.coord_t.owner["spec"]["replicas"]
         assert replicas >= 2
         ports = container_ports(self.coord_c)
@@ -129,12 +191,34 @@ class Rehearsal:
             pod = self._pod(self.coord_t, name, configmaps, {})
             # In the pod it listens on every address (COORDINATOR_HOST=0.0.0.0); here the loopback.
             pod.containers[0].env["COORDINATOR_HOST"] = "127.0.0.1"
+            pod.containers[0].env["DATABASE_URL"] = self.coordinator_database_url
             self.coordinators[name] = pod
             self.coordinator_ports[name] = local
             self.coordinator_address[name] = f"127.0.0.1:{local[ports['grpc']]}"
             pod.start()
+        if wait:
+            self.wait_coordinators_ready()
+
+    def wait_coordinators_ready(self) -> None:
         for name in self.coordinators:
             self.wait_ready(self.coordinators[name], self.coord_c, self.coordinator_ports[name])
+
+    def unanswered_s(self, name: str) -> float:
+        """coordinator_database_unanswered_seconds of `name`, from its metrics port."""
+        port = self.coordinator_ports[name][container_ports(self.coord_c)["metrics"]]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("coordinator_database_unanswered_seconds "):
+                    return float(line.split()[1])
+        raise AssertionError("no coordinator_database_unanswered_seconds")
+
+    def env_of_coordinator(self) -> dict[str, str]:
+        return next(iter(self.coordinators.values())).containers[0].env
+
+    def coordinator_probe(self, name: str, kind: str) -> bool:
+        return run_probe(
+            self.coord_c[kind], self.coordinator_ports[name], container_ports(self.coord_c)
+        )
 
     def wait_ready(self, pod: LocalPod, container: Obj, port_map: dict[int, int]) -> None:
         named = container_ports(container)
@@ -169,21 +253,34 @@ class Rehearsal:
             service, _port = resolve_service(self.r, address.strip(), self.ns)
             assert service["metadata"]["name"] == "coordinator", address
             coordinators.append(self.service.address)
+        # The worker's webhook: where the worker listens is where the agent POSTs.
+        worker_env = container_env(
+            self.worker_c, PodFacts(name, self.ns, "127.0.0.1"), configmaps, self.secrets
+        )
+        listen = worker_env["SAMPLE_WORKER_LISTEN"]
+        webhook_port = int(listen.rpartition(":")[2])
+        assert env["WORKER_AGENT_WEBHOOK"].startswith(f"http://{listen}/"), (env, listen)
+        local_webhook = free_port()
         overrides = {
             "WORKER_AGENT_COORDINATOR": ",".join(coordinators),
             "WORKER_AGENT_STATUS_PORT": str(local_status),
             # In the pod it listens on the pod's addresses for the kubelet; here the loopback.
             "WORKER_AGENT_STATUS_HOST": "127.0.0.1",
+            "WORKER_AGENT_WEBHOOK": env["WORKER_AGENT_WEBHOOK"].replace(
+                listen, f"127.0.0.1:{local_webhook}"
+            ),
+            "SAMPLE_WORKER_LISTEN": f"127.0.0.1:{local_webhook}",
         }
-        url = env["SAMPLE_WORKER_STATUS_URL"]
+        url = worker_env["SAMPLE_WORKER_STATUS_URL"]
         assert url.endswith(f":{status_port}"), url
         overrides["SAMPLE_WORKER_STATUS_URL"] = url.removesuffix(str(status_port)) + str(
             local_status
         )
-        pod = self._pod(self.worker_t, name, configmaps, overrides)
+        port_map = {status_port: local_status, webhook_port: local_webhook}
+        pod = self._pod(self.worker_t, name, configmaps, overrides, port_map)
         self.group = env["WORKER_AGENT_GROUP"]
         self.workers[name] = pod
-        self.worker_ports[name] = {status_port: local_status}
+        self.worker_ports[name] = port_map
         return pod
 
     def wait_worker_ready(self, pod: LocalPod) -> None:
@@ -240,8 +337,8 @@ class Rehearsal:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, event_type, member_id, group_epoch, payload FROM events "
-                    "WHERE group_id = :g AND id > :after ORDER BY id"
+                    "SELECT id, occurred_at, event_type, member_id, group_epoch, payload "
+                    "FROM events WHERE group_id = :g AND id > :after ORDER BY id"
                 ),
                 {"g": self.group, "after": after_id},
             ).mappings()
@@ -325,13 +422,90 @@ CHANGES_OF_OWNER = {
 }
 
 
-def test_dev_topology_survives_a_rolling_restart_and_the_loss_of_the_owning_coordinator(
+def _ts(entry: dict[str, Any]) -> datetime:
+    """A JSON log line's time (connect_protocol.logs: UTC, milliseconds)."""
+    return datetime.fromisoformat(str(entry["ts"]).replace("Z", "+00:00"))
+
+
+def _log_line(lines: list[str], prefix: str) -> dict[str, Any]:
+    found = [e for e in json_events_any(lines) if str(e.get("msg", "")).startswith(prefix)]
+    assert found, f"no log line starting {prefix!r}:\n" + "\n".join(lines[-20:])
+    return found[-1]
+
+
+def json_events_any(lines: list[str]) -> list[dict[str, Any]]:
+    """Every JSON object line."""
+    out = []
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def check_deletion_order(
+    rh: Rehearsal, pod: LocalPod, member_id: str, codes: dict[str, int]
+) -> None:
+    """One worker pod's deletion went as the manifests promise: the worker's preStop hook
+    (`worker-agent leave`) returned 0 after the agent had revoked the work through the webhook
+    (the worker stopped it) and left; then the worker got SIGTERM and exited; then the agent
+    (a sidecar) got its SIGTERM; nothing was killed."""
+    assert codes == {"worker": 0, "worker-agent": 0}, f"{pod.name}: {codes}\n{pod.tail()}"
+    assert pod.hook_codes == {"worker": 0}, f"{pod.name}: preStop {pod.hook_codes}\n{pod.tail()}"
+    assert pod.when("preStop worker done") <= pod.when("SIGTERM worker")
+    assert pod.when("exited worker") <= pod.when("SIGTERM worker-agent")
+    assert not [w for _, w in pod.timeline if w.startswith("SIGKILL")], pod.timeline
+    worker = pod.log_lines("worker")
+    agent = pod.log_lines("worker-agent")
+    # The worker stopped everything on the agent's revocation (the webhook), not on SIGTERM.
+    last = json_events(worker, "worker_running")[-1]
+    assert last["connectors"] == [] and last["tasks"] == [], pod.tail()
+    assert last["reason"] == "revoked", last
+    stopped = _ts(json_events(worker, "worker_stopped")[-1])
+    # ... before the agent left ...
+    left = _ts(_log_line(agent, "agent stopped: member"))
+    assert stopped <= left, (stopped, left)
+    [member_left] = [
+        e for e in rh.events() if e["event_type"] == "MEMBER_LEFT" and e["member_id"] == member_id
+    ]
+    assert member_left["payload"]["static"], member_left
+    left_at = member_left["occurred_at"]
+    # ... and before the worker exited.
+    exited = _ts(json_events(worker, "worker_exit")[-1])
+    assert stopped <= left_at <= exited, (stopped, left_at, exited)
+    assert stopped <= left <= exited, (stopped, left, exited)
+
+
+def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_outage(
     rehearsal: Rehearsal,
 ) -> None:
     rh = rehearsal
-    # The migration Job first (README: upgrade = migrations first), then the Deployment.
-    rh.migrate()
-    rh.start_coordinators()
+    # --- an upgrade: the previous release's schema, new coordinators, the migration Job -------
+    head, _known = code_revisions()
+    alembic_command.upgrade(alembic_config(rh.database_url), "0003")
+    assert rh.schema() != (head,)
+    # One `kubectl apply`: the Deployment's pods and the Job start together. The coordinators
+    # wait for the schema (WAIT_FOR_SCHEMA): alive, not started (no gRPC server, so the startup
+    # probe fails), never migrating themselves.
+    rh.start_coordinators(wait=False)
+    for name, pod in rh.coordinators.items():
+        wait_for(
+            f"{name} to wait for the schema",
+            lambda pod=pod: json_events(pod.log_lines("coordinator"), "schema_wait"),
+            15,
+            pod.tail,
+        )
+        assert pod.alive(), pod.tail()
+        assert not rh.coordinator_probe(name, "startupProbe")
+    assert rh.schema() != (head,)
+    job = rh.migrate("coordinator-migrate-x7k2p")
+    assert "Running upgrade" in "\n".join(job.log_lines("migrate")), job.tail()
+    assert rh.schema() == (head,)
+    rh.wait_coordinators_ready()
+    for pod in rh.coordinators.values():
+        assert json_events(pod.log_lines("coordinator"), "schema_ready"), pod.tail()
     # Prometheus scrapes each replica where the pod annotations say.
     annotations = rh.coord_t.metadata["annotations"]
     for name, ports in rh.coordinator_ports.items():
@@ -358,10 +532,9 @@ def test_dev_topology_survives_a_rolling_restart_and_the_loss_of_the_owning_coor
 
     # --- the StatefulSet's rolling update: highest ordinal first, one at a time ---------------
     for pod in reversed(pods):
+        member_of = {m.instance_id: m.member_id for m in rh.describe().members}
         codes = pod.terminate()
-        assert codes == {"worker": 0, "worker-agent": 0}, f"{pod.name}: {codes}\n{pod.tail()}"
-        stopped = json_events(pod.log_lines("worker"), "worker_running")[-1]
-        assert stopped["connectors"] == [] and stopped["tasks"] == [], pod.tail()
+        check_deletion_order(rh, pod, member_of[pod.name], codes)
         pod.start()
         rh.wait_worker_ready(pod)
         # The next pod is replaced once this one is ready: it has its own work back.
@@ -437,3 +610,57 @@ def test_dev_topology_survives_a_rolling_restart_and_the_loss_of_the_owning_coor
     )
     for member, (connectors, tasks) in before.items():
         assert connectors <= final[member][0] and tasks <= final[member][1], (member, final)
+
+    # --- the next upgrade runs the migration Job again --------------------------------------
+    mark = rh.last_event_id()
+    job = rh.migrate("coordinator-migrate-q9z4m")
+    assert rh.schema() == (head,)
+    assert "Running upgrade" not in "\n".join(job.log_lines("migrate")), job.tail()
+    for kind in ("readinessProbe", "livenessProbe"):
+        assert rh.coordinator_probe(survivor, kind), kind
+    assert rh.converged(catalogue) == final
+    kinds = [e["event_type"] for e in rh.events(mark)]
+    assert not set(kinds) & CHANGES_OF_OWNER, kinds
+
+    # --- the database goes away ----------------------------------------------------------------
+    lease_s = int(rh.env_of_coordinator()["LEASE_MS"]) / 1000
+
+    def fresh() -> bool:  # the database has just answered the readiness probe
+        return rh.unanswered_s(survivor) < 0.2
+
+    # Shorter than the lease: readiness stays SERVING throughout.
+    wait_for("a fresh answer from the database", fresh, 10, rh.diagnostics, interval_s=0.05)
+    rh.db_proxy.cut("freeze")
+    outage_ends = time.monotonic() + lease_s / 3
+    while time.monotonic() < outage_ends:
+        assert rh.coordinator_probe(survivor, "readinessProbe"), rh.diagnostics()
+        time.sleep(0.1)
+    rh.db_proxy.restore()
+    assert rh.coordinator_probe(survivor, "readinessProbe")
+    # Longer: NOT_SERVING once the lease has passed without an answer, SERVING again by itself
+    # once the database is back; liveness SERVING all along (it never restarts a coordinator
+    # for the database's sake).
+    address = rh.coordinator_address[survivor]
+    wait_for("a fresh answer from the database", fresh, 10, rh.diagnostics, interval_s=0.05)
+    rh.db_proxy.cut("freeze")
+    cut_at = time.monotonic()
+    wait_for(
+        "readiness NOT_SERVING",
+        lambda: not rh.coordinator_probe(survivor, "readinessProbe"),
+        lease_s + 5,
+        rh.diagnostics,
+    )
+    assert time.monotonic() - cut_at >= lease_s - 0.5, "NOT_SERVING before a lease had passed"
+    assert rh.coordinator_probe(survivor, "livenessProbe")
+    assert grpc_probe(address, "liveness")
+    rh.db_proxy.restore()
+    wait_for(
+        "readiness SERVING again",
+        lambda: rh.coordinator_probe(survivor, "readinessProbe"),
+        lease_s + 10,
+        rh.diagnostics,
+    )
+    assert rh.coordinators[survivor].alive()
+    lines = rh.coordinators[survivor].log_lines("coordinator")
+    changes = [e["serving"] for e in json_events(lines, "readiness")]
+    assert changes[-2:] == [False, True], changes

@@ -1,6 +1,7 @@
 """The sample worker of the deployment example (`python -m examples.sample_worker`): it runs
-exactly what the agent's status endpoint says, through /watch or by polling, and stops
-everything when the agent is gone or on SIGTERM."""
+what the agent's webhook says (answering a revocation once stopped), or exactly what the agent's
+status endpoint says (through /watch or by polling), and stops everything when the agent is gone
+or was replaced, or on SIGTERM."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_assignment_parses_the_status_endpoint_object() -> None:
             "ready": True,
         }
     )
-    assert a == Assignment(7, frozenset({"A"}), frozenset({("A", 0)}), True)
+    assert a == Assignment(7, frozenset({"A"}), frozenset({("A", 0)}), True, (), "w")
     with pytest.raises(ValueError):
         Assignment.from_json({"tasks": [{"connector": "A"}]})
     with pytest.raises(ValueError):
@@ -126,7 +127,15 @@ def test_process_runs_what_the_agent_says_and_stops_everything_on_sigterm(
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "examples.sample_worker", "--unreachable-stop-s", "30"],
+            [
+                sys.executable,
+                "-m",
+                "examples.sample_worker",
+                "--mode",
+                "watch",
+                "--unreachable-stop-s",
+                "30",
+            ],
             env={"SAMPLE_WORKER_STATUS_URL": f"http://127.0.0.1:{status.port}", "PATH": ""},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -170,6 +179,8 @@ def test_stops_everything_when_the_agent_stays_unreachable(tmp_path: Path) -> No
                 "examples.sample_worker",
                 "--status-url",
                 f"http://127.0.0.1:{port}",
+                "--mode",
+                "poll",
                 "--unreachable-stop-s",
                 "1",
             ],

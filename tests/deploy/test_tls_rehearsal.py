@@ -188,11 +188,21 @@ class TlsRehearsal:
                 cm["COORDINATOR_PORT"] = str(self.port)
             if cm.get("METRICS_PORT") == str(ports["metrics"]):
                 cm["METRICS_PORT"] = "0"
-        # The only change to the manifests' data: the database is an SQLite file.
+        # The only change to the manifests' data: the database is an SQLite file, which the
+        # migration Job has brought to the schema's head (the coordinator waits for that).
         secrets = self.r.secrets(self.ns)
+        url = f"sqlite:///{self.tmp / 'coordinator.db'}"
         for data in secrets.values():
             if "database-url" in data:
-                data["database-url"] = f"sqlite:///{self.tmp / 'coordinator.db'}"
+                data["database-url"] = url
+        done = subprocess.run(
+            local_argv({"name": "migrate", "command": ["coordinator-svc", "migrate"]}),
+            env={**image_env(self.tmp / "home"), "DATABASE_URL": url},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
         env = container_env(
             self.coord_c, PodFacts("coordinator-abc", self.ns, "127.0.0.1"), configmaps, secrets
         )
@@ -248,6 +258,8 @@ class TlsRehearsal:
         env = {**image_env(self.tmp / "home"), **mounts.env(env)}
         status = container_ports(self.agent_c)["status"]
         local_status = free_port()
+        # No worker beside it here: the agent logs its events instead of POSTing them.
+        env.pop("WORKER_AGENT_WEBHOOK", None)
         env.update(
             {
                 # A pod IP in the cluster, the loopback here: in neither case in the certificate.
