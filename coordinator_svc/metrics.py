@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -10,24 +11,74 @@ from prometheus_client.registry import Collector
 
 from .core.model import GroupStatus
 
-GroupCounts = Callable[[], tuple[dict[GroupStatus, int], int]]
+#: The states of a group whose rebalance has not finished.
+UNSETTLED = (GroupStatus.ASSIGNING, GroupStatus.RECONCILING)
+#: The `change` label of coordinator_group_lease_changes_total.
+LEASE_CHANGES = ("acquired", "lost", "released")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """What one scrape reports of the groups this process owns (`GroupManager.group_stats`).
+
+    Attributes:
+        by_state: how many groups are in each state.
+        members: the members of all of them.
+        oldest_rebalance_s: for ASSIGNING and RECONCILING, the longest time in seconds a group
+            has been in that state (absent: no group is).
+        oldest_rebalance_timeouts: the same in multiples of each group's rebalance timeout,
+            the largest among the groups in that state.
+    """
+
+    by_state: Mapping[GroupStatus, int] = field(default_factory=dict)
+    members: int = 0
+    oldest_rebalance_s: Mapping[GroupStatus, float] = field(default_factory=dict)
+    oldest_rebalance_timeouts: Mapping[GroupStatus, float] = field(default_factory=dict)
+
+
+GroupStatsSource = Callable[[], GroupStats]
 
 
 class _GroupCollector(Collector):
-    def __init__(self, counts: GroupCounts) -> None:
-        self._counts = counts
+    """The groups this process owns, computed at each scrape (O(groups), plus O(members) of
+    each group that is not STABLE); nothing on the request path."""
+
+    def __init__(self, stats: GroupStatsSource) -> None:
+        self._stats = stats
 
     def collect(self) -> Iterable[Metric]:
-        by_state, members = self._counts()
+        stats = self._stats()
         groups = GaugeMetricFamily(
             "coordinator_groups", "Groups this process owns, by state.", labels=["state"]
         )
         for status in GroupStatus:
-            groups.add_metric([status.value], by_state.get(status, 0))
+            groups.add_metric([status.value], stats.by_state.get(status, 0))
         yield groups
         yield GaugeMetricFamily(
-            "coordinator_members", "Members of the groups this process owns.", value=members
+            "coordinator_members", "Members of the groups this process owns.", value=stats.members
         )
+        oldest = GaugeMetricFamily(
+            "coordinator_rebalance_oldest_seconds",
+            "Of the groups this process owns in the state, the longest time one has been in it "
+            "(ASSIGNING: since the group epoch bump; RECONCILING: since its target was "
+            "installed; or since this process took the group over, or first saw it unsettled "
+            "with no epoch moved); 0 when no group is in the state.",
+            labels=["state"],
+        )
+        overdue = GaugeMetricFamily(
+            "coordinator_rebalance_oldest_timeout_ratio",
+            "Of the groups this process owns in the state, the longest time one has been in it "
+            "divided by that group's rebalance timeout (the longest of its members'). Each "
+            "state normally ends within one: an assignor that has not installed by then is "
+            "passed over, a member that has not revoked by then is removed; 0 when no group is "
+            "in the state.",
+            labels=["state"],
+        )
+        for status in UNSETTLED:
+            oldest.add_metric([status.value], stats.oldest_rebalance_s.get(status, 0.0))
+            overdue.add_metric([status.value], stats.oldest_rebalance_timeouts.get(status, 0.0))
+        yield oldest
+        yield overdue
 
 
 class Metrics:
@@ -90,6 +141,17 @@ class Metrics:
             ["rpc", "code"],
             registry=self.registry,
         )
+        self.lease_changes = Counter(
+            "coordinator_group_lease_changes",
+            "Group leases this process took (acquired: a new tenure, its token incremented), "
+            "lost (a tenure that ended without this process giving it up: not renewed in time, "
+            "or taken by another process once lapsed) or gave up (released: an idle or unknown "
+            "group, or a graceful stop).",
+            ["change"],
+            registry=self.registry,
+        )
+        for change in LEASE_CHANGES:
+            self.lease_changes.labels(change)  # present (at 0) before the first change
 
         self.ready = Gauge(
             "coordinator_ready",
@@ -107,8 +169,8 @@ class Metrics:
         self.ready.set(1 if serving else 0)
         self.database_unanswered.set(max(0.0, unanswered_s))
 
-    def watch_groups(self, counts: GroupCounts) -> None:
-        self.registry.register(_GroupCollector(counts))
+    def watch_groups(self, stats: GroupStatsSource) -> None:
+        self.registry.register(_GroupCollector(stats))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -44,6 +44,7 @@ from .listener import (
     WorkerRebalanceListener,
 )
 from .membership import RELEASE_HEARTBEAT_GAP_MS
+from .metrics import AgentMetrics, MetricsServer
 from .runtime import Agent, AgentSettings
 from .status import DEFAULT_LEAVE_TIMEOUT_S, MAX_LEAVE_TIMEOUT_S, StatusServer
 
@@ -164,6 +165,20 @@ def _parser() -> argparse.ArgumentParser:
         "--status-host",
         default=_env("STATUS_HOST", "127.0.0.1"),
         help="address of the status endpoint (WORKER_AGENT_STATUS_HOST; default 127.0.0.1)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env("METRICS_PORT", None),
+        help="serve Prometheus metrics (GET /metrics: heartbeats, self-fencing, listener calls, "
+        "revocation times, member epoch and phase, resources run) on this port, apart from "
+        "the status endpoint; 0 picks a free one (WORKER_AGENT_METRICS_PORT; default: not "
+        "served)",
+    )
+    run.add_argument(
+        "--metrics-host",
+        default=_env("METRICS_HOST", "127.0.0.1"),
+        help="address of the metrics endpoint (WORKER_AGENT_METRICS_HOST; default 127.0.0.1)",
     )
     run.add_argument(
         "--rpc-timeout-s",
@@ -288,7 +303,17 @@ def run(args: argparse.Namespace) -> int:
                 return 2
         if args.allow_plaintext and not all(is_loopback(host_of(a)) for a in coordinators):
             log.warning("talking PLAINTEXT to the coordinator (--allow-plaintext)")
+    metrics = AgentMetrics()
+    metrics_server: MetricsServer | None = None
     status: StatusServer | None = None
+    if args.metrics_port is not None:
+        try:
+            metrics_server = MetricsServer(metrics, args.metrics_host, int(args.metrics_port))
+        except (OSError, ValueError, OverflowError) as error:
+            print(f"worker-agent: cannot serve metrics: {error}", file=sys.stderr)
+            return 2
+        metrics_server.start()
+        log.info("metrics on http://%s:%d/metrics", args.metrics_host, metrics_server.port)
     if args.status_port is not None:
         status = StatusServer(
             args.group, args.member_id, host=args.status_host, port=int(args.status_port)
@@ -309,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
         tls=tls,
         allow_plaintext=args.allow_plaintext,
     )
-    agent = Agent(settings, build_listener(args), status)
+    agent = Agent(settings, build_listener(args), status, metrics=metrics)
     signals = 0
     signalled = threading.Event()
     asked_to_leave = threading.Event()
@@ -352,6 +377,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if status is not None:
             status.close()
+        if metrics_server is not None:
+            metrics_server.close()
     if agent.fatal is not None:
         log.error("the agent stopped all work and exits: %s", agent.fatal)
         return 3

@@ -28,7 +28,12 @@ from connect_protocol import logs
 from connect_protocol import wire as protocol_wire
 from connect_protocol.errors import ErrorCode
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
-from connect_protocol.messages import Assignor, HeartbeatRequest
+from connect_protocol.messages import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    Assignor,
+    HeartbeatRequest,
+)
 from connect_protocol.resources import ResourceSet
 from connect_protocol.tls import ClientTls
 
@@ -43,6 +48,7 @@ from .listener import (
     dispatch,
 )
 from .membership import (
+    REJOIN_ERRORS,
     Action,
     ComputeAssignment,
     FindCoordinator,
@@ -53,6 +59,7 @@ from .membership import (
     StartWork,
     StopWork,
 )
+from .metrics import AgentMetrics, AgentView
 from .status import StatusServer
 from .transport import Backoff, Transport, TransportError
 
@@ -120,12 +127,16 @@ class Agent:
         listener: WorkerRebalanceListener,
         status: StatusServer | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         if not settings.coordinators:
             raise ValueError("at least one coordinator address is needed")
         self.settings = settings
         self.listener = listener
         self.status = status
+        #: What the agent counts (served by `metrics.MetricsServer` when asked to).
+        self.metrics = metrics or AgentMetrics()
+        self.metrics.watch(self._metrics_view)
         self._clock_ms = clock_ms
         self.machine = Membership(
             MembershipConfig(
@@ -163,6 +174,7 @@ class Agent:
         self._work = ThreadPoolExecutor(1, thread_name_prefix="listener")
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="assignor")
         self._leave_deadline: float | None = None
+        self._gave_up_leaving = False
         self._left = threading.Event()  # run() has returned
 
     # --- control -------------------------------------------------------------------------
@@ -220,6 +232,7 @@ class Agent:
         )
         try:
             self._loop()
+            self.metrics.leaves.inc(self._leave_outcome())
         finally:
             self._work.shutdown(wait=True, cancel_futures=False)
             self._compute.shutdown(wait=True, cancel_futures=True)
@@ -256,7 +269,13 @@ class Agent:
                 ):
                     log.warning("could not deliver the leave in time; the session will expire")
                     m.give_up_leaving()
+                    self._gave_up_leaving = True
+                was_member = m.phase is Phase.MEMBER
                 actions = m.poll(now)
+                if was_member and m.phase is not Phase.MEMBER:
+                    # Only the self-fence moves a member away in poll (no successful heartbeat
+                    # for nearly a session timeout); answers are counted in _heartbeat.
+                    self.metrics.self_fenced.inc("session_timeout")
                 for notice in m.drain_notices():
                     getattr(log, notice.level)(notice.message)
                 if m.phase is Phase.LEFT and not actions:
@@ -278,7 +297,7 @@ class Agent:
             case SendHeartbeat(request=request):
                 self._heartbeat(request)
             case StopWork() | StartWork():
-                self._work.submit(self._listen, action)
+                self._work.submit(self._listen, action, time.monotonic())
             case ComputeAssignment():
                 self._compute.submit(self._compute_assignment)
             case FindCoordinator(reason=reason):
@@ -297,17 +316,26 @@ class Agent:
         return timeout
 
     def _heartbeat(self, request: HeartbeatRequest) -> None:
+        self.metrics.heartbeats.inc()
         try:
             answer = self._transport.heartbeat(
                 protocol_wire.heartbeat_request_to_wire(request), self._call_timeout_s()
             )
         except TransportError as error:
+            self.metrics.heartbeat_failures.inc(
+                "UNKNOWN" if error.code is None else str(error.code.name)
+            )
             # The machine backs the next heartbeat off (at most a heartbeat interval apart), so
             # even a heartbeat that is too large is not retried in a tight loop.
             with self._lock:
                 self.machine.on_heartbeat_failed(str(error), self._clock_ms())
             return
         response = protocol_wire.heartbeat_response_from_wire(answer)
+        code = response.error_code
+        if code is not ErrorCode.NONE and code is not ErrorCode.COMPUTE_ASSIGNMENT:
+            self.metrics.heartbeat_errors.inc(code.name)
+            if code in REJOIN_ERRORS or code is ErrorCode.FENCED_INSTANCE_ID:
+                self.metrics.self_fenced.inc(code.name)  # the machine stops everything
         with self._lock:
             before = self.machine.assigned
             self.machine.on_heartbeat_response(response, self._clock_ms())
@@ -342,30 +370,42 @@ class Agent:
 
     # --- listener calls --------------------------------------------------------------------
 
-    def _listen(self, action: StopWork | StartWork) -> None:
+    def _listen(self, action: StopWork | StartWork, decided_at: float) -> None:
+        """Call the listener for `action` (decided at `decided_at`, time.monotonic()) until it
+        succeeds, then report the stop or start to the machine."""
         kind: EventKind = "revoked" if isinstance(action, StopWork) else "assigned"
         batch = _Batch(action.resources)
         releaser: Releaser | None = None
         if isinstance(action, StopWork):
             releaser = functools.partial(self._release, action, batch)
+        calls = 0
 
         def attempt() -> None:
+            nonlocal calls
             with self._lock:
                 remaining = batch.remaining
             if not remaining:
                 return  # everything was released by an earlier, failed, attempt
-            dispatch(
-                self.listener,
-                RebalanceEvent.from_resources(
-                    kind,
-                    remaining,
-                    group_id=self.settings.group_id,
-                    member_id=self.settings.member_id,
-                    member_epoch=action.member_epoch,
-                    fencing_tokens=action.tokens,
-                    releaser=releaser,
-                ),
-            )
+            if calls:
+                self.metrics.listener_retries.inc(kind)
+            calls += 1
+            try:
+                dispatch(
+                    self.listener,
+                    RebalanceEvent.from_resources(
+                        kind,
+                        remaining,
+                        group_id=self.settings.group_id,
+                        member_id=self.settings.member_id,
+                        member_epoch=action.member_epoch,
+                        fencing_tokens=action.tokens,
+                        releaser=releaser,
+                    ),
+                )
+            except Exception:
+                self.metrics.listener_calls.inc(kind, "failed")
+                raise
+            self.metrics.listener_calls.inc(kind, "ok")
 
         if isinstance(action, StopWork):
             log.info("stopping (%s): %s", action.reason, _describe(action.resources))
@@ -381,6 +421,8 @@ class Agent:
         )
         if not done:
             return
+        if isinstance(action, StopWork):
+            self.metrics.revocations.observe(time.monotonic() - decided_at, action.reason)
         with self._lock:
             batch.finished = True
             now = self._clock_ms()
@@ -435,6 +477,27 @@ class Agent:
             if self.status is not None:
                 self.status.update(epoch, running, tokens)
             self._wake.set()
+
+    # --- metrics ---------------------------------------------------------------------------
+
+    def _metrics_view(self) -> AgentView:
+        """Where the agent is, for a metrics scrape."""
+        with self._lock:
+            m = self.machine
+            running = m.running
+            return AgentView(m.phase.value, m.epoch, len(running.connectors), len(running.tasks))
+
+    def _leave_outcome(self) -> str:
+        """How the membership ended, once the loop has returned."""
+        with self._lock:
+            m = self.machine
+            if m.fatal is not None:
+                return "fatal"
+            if self._gave_up_leaving:
+                return "timed_out"
+            if m.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                return "left"
+            return "not_member"
 
     # --- assignment ------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from connect_protocol.configs import REBALANCE_TIMEOUT_MS
 from connect_protocol.errors import (
     CoordinatorError,
     CoordinatorNotAvailable,
@@ -31,7 +32,7 @@ from ..core.model import GroupConfigDefaults, GroupState, GroupStatus
 from ..core.records import EventRecord, EventType, Record
 from ..core.results import CancelTimer, Result, ScheduleTimer, TimerKey, TimerOp
 from ..core.timers import on_timer, timers_after_load
-from ..metrics import Metrics
+from ..metrics import UNSETTLED, GroupStats, Metrics
 from ..store import GroupSummary, Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable
 from .timer_service import TimerService
 
@@ -126,6 +127,12 @@ class _OwnedGroup:
     queue: list[_Pending] = field(default_factory=list)
     queue_lock: threading.Lock = field(default_factory=threading.Lock)
     last_used: float = field(default_factory=time.monotonic)
+    #: For the metrics: ((group epoch, assignment epoch) last seen, when the group entered the
+    #: state it is in: coordinator ms, None once a scrape saw it settled). A group epoch bump
+    #: makes it ASSIGNING, a target installed (the assignment epoch catching up) RECONCILING.
+    #: One tuple, replaced whole: a commit that moves either epoch sets it (O(1)); the scrape
+    #: reads it, and clears it (`group_stats`).
+    rebalance: tuple[tuple[int, int], int | None] = ((0, 0), None)
 
     def enqueue(self, pending: _Pending) -> None:
         with self.queue_lock:
@@ -172,7 +179,7 @@ class GroupManager:
         self._renew_interval_s = renew_interval_s or store.lease_ms / 3000
         self._stop = threading.Event()
         self._renewer = threading.Thread(target=self._renew_loop, name="lease-renewer", daemon=True)
-        self.metrics.watch_groups(self._group_counts)
+        self.metrics.watch_groups(self.group_stats)
 
     # --- lifecycle ---
 
@@ -196,6 +203,7 @@ class GroupManager:
             with group.lock:
                 try:
                     self.store.release(group.lease)
+                    self.metrics.lease_changes.labels("released").inc()
                 except Exception:
                     log.warning("could not release lease of %s", group.lease.group_id)
 
@@ -232,7 +240,7 @@ class GroupManager:
                     if self._groups.get(group_id) is not owned:
                         break  # dropped while we waited: start again
                     if not self._lease_fresh(owned):
-                        self._drop(group_id, owned)
+                        self._lose(group_id, owned)
                         break
                     self._run_batch(group_id, owned)
             finally:
@@ -324,6 +332,11 @@ class GroupManager:
                     pending.fail(error)
                 return
             self.metrics.commit_batch.observe(sum(1 for _, r in ran if r.records))
+            state = owned.state
+            if state is not None:
+                epochs = (state.group_epoch, state.assignment_epoch)
+                if epochs != owned.rebalance[0]:  # a bump, or a target installed
+                    owned.rebalance = (epochs, self.clock.now_ms())
         for pending, result in ran:
             self._apply_timers(group_id, result.timers)
             pending.succeed(result.response)
@@ -399,8 +412,11 @@ class GroupManager:
             except StoreUnavailable as error:
                 raise CoordinatorNotAvailable(f"the database is unavailable: {error}") from error
             if isinstance(got, LeaseHolder):
-                if owned is not None:
-                    self._drop(group_id, owned)
+                # Ours no more: the group in memory, or the lease kept after a failed commit.
+                if (owned is not None and self._drop(group_id, owned)) or (
+                    owned is None and held is not None
+                ):
+                    self.metrics.lease_changes.labels("lost").inc()
                 if got.advertised_address == self.store.advertised_address:
                     # Another process with our address (a predecessor that is paused, or a
                     # reused node id): naming it would send the client back here.
@@ -412,11 +428,20 @@ class GroupManager:
             if owned is not None and owned.lease.token == got.token:
                 owned.lease = got  # renewed, still ours, state in memory is current
                 return owned
+            if held is None or held.token != got.token:
+                # A new tenure (a kept lease extended with its token is the same one); the one
+                # held before, if any, ended meanwhile.
+                if held is not None:
+                    self.metrics.lease_changes.labels("lost").inc()
+                self.metrics.lease_changes.labels("acquired").inc()
             state = self.store.load_group(group_id)
             owned = _OwnedGroup(got, state)
             self._groups[group_id] = owned
             if state is not None:
                 now = self.clock.now_ms()
+                # When its rebalance (if any) reached its state is not known: from now, as the
+                # timers armed below also restart.
+                owned.rebalance = ((state.group_epoch, state.assignment_epoch), now)
                 self._apply_timers(group_id, list(timers_after_load(state, now, self.defaults)))
                 log.info(
                     "took over group",
@@ -431,10 +456,11 @@ class GroupManager:
                 )
             return owned
 
-    def _drop(self, group_id: str, owned: _OwnedGroup, keep_lease: bool = False) -> None:
+    def _drop(self, group_id: str, owned: _OwnedGroup, keep_lease: bool = False) -> bool:
         """Stop serving the group (its state is reloaded by the next request). With
         `keep_lease`, the lease is remembered, so that the next request can extend it (same
-        token) if the database says it is still ours."""
+        token) if the database says it is still ours. Returns whether it was still served
+        (False: dropped or replaced already)."""
         if self._groups.get(group_id) is owned:
             if keep_lease:
                 self._kept_leases[group_id] = owned.lease
@@ -443,6 +469,13 @@ class GroupManager:
             log.warning(
                 "stopped serving group", extra=fields(event="group_dropped", group=group_id)
             )
+            return True
+        return False
+
+    def _lose(self, group_id: str, owned: _OwnedGroup) -> None:
+        """Stop serving a group whose lease is no longer ours (counted as lost)."""
+        if self._drop(group_id, owned):
+            self.metrics.lease_changes.labels("lost").inc()
 
     def _release_unused(self, group_id: str, owned: _OwnedGroup) -> None:
         """Give up the lease of a group that does not exist (a describe, a FindCoordinator or a
@@ -459,6 +492,7 @@ class GroupManager:
                     self.store.forget(owned.lease)
                 else:  # an idle group: the row stays, so the lease token keeps counting up
                     self.store.release(owned.lease)
+                self.metrics.lease_changes.labels("released").inc()
             except StoreUnavailable:  # it lapses on its own; the next request may extend it
                 self._kept_leases[group_id] = owned.lease
             del self._groups[group_id]
@@ -523,7 +557,7 @@ class GroupManager:
             new = renewed.get(group_id)
             if new is None:
                 with owned.lock:
-                    self._drop(group_id, owned)  # unless it was replaced meanwhile
+                    self._lose(group_id, owned)  # unless it was replaced meanwhile
             elif (
                 owned.lease.token == new.token
                 and new.valid_until_monotonic > owned.lease.valid_until_monotonic
@@ -546,7 +580,7 @@ class GroupManager:
         try:
             self.store.commit(owned.lease, records)
         except LeaseLost as lost:
-            self._drop(group_id, owned)
+            self._lose(group_id, owned)
             if lost.holder is not None:
                 raise NotOwner(group_id, lost.holder) from lost
             raise NotCoordinator(
@@ -621,16 +655,55 @@ class GroupManager:
     def pending_timers(self, group_id: str) -> dict[TimerKey, int]:
         return self._timers.pending(group_id)
 
-    def _group_counts(self) -> tuple[dict[GroupStatus, int], int]:
+    def group_stats(self) -> GroupStats:
+        """The groups this process owns, for a metrics scrape: O(groups), plus O(members) for
+        each group not STABLE. Reads the states without their locks (a group changing meanwhile
+        is counted as it was, or skipped). How long an unsettled group has been in its state
+        runs from the commit that moved an epoch (ASSIGNING: the bump; RECONCILING: the target
+        installed) or from when this process took the group over; the scrape clears it when it
+        sees the group settled and starts it when it sees the group unsettled with no epoch
+        moved (a member's change alone), so an age is at most a scrape interval short."""
+        now = self.clock.now_ms()
         by_state: dict[GroupStatus, int] = {}
         members = 0
+        oldest_ms: dict[GroupStatus, int] = {}
+        overdue: dict[GroupStatus, float] = {}
         for owned in list(self._groups.values()):
-            if owned.state is None:
+            state = owned.state
+            if state is None:
                 continue
-            status = owned.state.status()
+            epochs, since = owned.rebalance
+            try:
+                status = state.status()
+                count = len(state.members)
+                timeout_ms = 0
+                if status in UNSETTLED:
+                    timeout_ms = max(
+                        (m.rebalance_timeout_ms for m in list(state.members.values())), default=0
+                    )
+            except RuntimeError:  # its members changed while being read: next scrape
+                continue
             by_state[status] = by_state.get(status, 0) + 1
-            members += len(owned.state.members)
-        return by_state, members
+            members += count
+            if status not in UNSETTLED:
+                if since is not None and owned.rebalance == (epochs, since):
+                    owned.rebalance = (epochs, None)  # unless a commit replaced it meanwhile
+                continue
+            if since is None:
+                since = now
+                if owned.rebalance == (epochs, None):
+                    owned.rebalance = (epochs, now)
+            age_ms = max(0, now - since)
+            if timeout_ms <= 0:
+                timeout_ms = state.config_int(REBALANCE_TIMEOUT_MS, self.defaults)
+            oldest_ms[status] = max(oldest_ms.get(status, 0), age_ms)
+            overdue[status] = max(overdue.get(status, 0.0), age_ms / max(1, timeout_ms))
+        return GroupStats(
+            by_state=by_state,
+            members=members,
+            oldest_rebalance_s={s: ms / 1000 for s, ms in oldest_ms.items()},
+            oldest_rebalance_timeouts=overdue,
+        )
 
 
 def _no_change(_state: GroupState | None, _now: int) -> Result[None]:

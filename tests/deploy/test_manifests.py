@@ -427,7 +427,8 @@ def test_network_policies_admit_pods_of_named_namespaces_only(
     """A pod label can be set by anyone who creates a pod, in any namespace: every ingress peer
     that selects pods also selects namespaces by a label (or leaves the namespaceSelector out,
     which means the policy's own namespace). Every pod of the image that listens on a port is
-    isolated by a policy, and the worker pods admit nobody."""
+    isolated by a policy, and the worker pods admit no pod of the namespace (only Prometheus, from
+    its own namespace, on the agent's metrics port)."""
     r = rendered[overlay]
     policies = r.all("NetworkPolicy")
     assert policies
@@ -509,6 +510,42 @@ def test_prometheus_annotations_name_the_metrics_port_the_coordinator_serves(
     assert container_ports(container)["metrics"] == port
     env = _env_without_secrets(r, container, template.namespace)
     assert env["METRICS_PORT"] == str(port)
+
+
+@pytest.mark.parametrize("overlay", WITH_WORKERS)
+def test_agents_serve_metrics_on_a_port_of_their_own_that_only_the_scraper_reaches(
+    rendered: dict[str, Rendered], overlay: str
+) -> None:
+    """The agent's /metrics listens on the pod's addresses on its own port (not the status
+    endpoint's, which serves the assignment and POST /leave); the pod annotations name it; the
+    workers' NetworkPolicy lets Prometheus in on that port and on nothing else."""
+    r = rendered[overlay]
+    [(template, agent)] = r.pods_running(*AGENT)
+    ns = template.namespace
+    env = container_env(
+        agent, PodFacts("connect-worker-0", ns, "10.0.0.7"), r.configmaps(ns), r.secrets(ns)
+    )
+    ports = container_ports(agent)
+    port = ports["agent-metrics"]
+    assert env["WORKER_AGENT_METRICS_PORT"] == str(port)
+    assert env["WORKER_AGENT_METRICS_HOST"] not in ("127.0.0.1", "localhost", "::1")
+    assert port != ports["status"]
+    annotations = template.metadata.get("annotations") or {}
+    assert annotations.get("prometheus.io/scrape") == "true"
+    assert annotations.get("prometheus.io/path") == "/metrics"
+    assert annotations.get("prometheus.io/port") == str(port)
+
+    def pod(labels: dict[str, str], namespace: str = ns) -> PodTemplate:
+        return PodTemplate(
+            {"kind": "Pod", "metadata": {"name": "x"}}, namespace, {"labels": labels}, {}
+        )
+
+    scraper = pod({"app.kubernetes.io/name": "prometheus"}, "monitoring")
+    assert _admitted(r, template, scraper, port)
+    assert not _admitted(r, template, scraper, ports["status"])
+    assert not _admitted(r, template, pod({"app.kubernetes.io/name": "prometheus"}), port)
+    assert not _admitted(r, template, pod({"connect-coordinator/client": "worker"}), port)
+    assert not _admitted(r, template, pod({"connect-coordinator/client": "admin"}), port)
 
 
 @pytest.mark.parametrize("overlay", ALL)

@@ -1,29 +1,31 @@
 """The optional monitoring component (deploy/k8s/components/monitoring), rendered into prod with
 the sample workers:
 
-- its custom resources (ServiceMonitor, PrometheusRule: monitoring.coreos.com/v1, which
-  kubernetes-validate has no schema for) are validated against the Prometheus Operator's
+- its custom resources (ServiceMonitor, PodMonitor, PrometheusRule: monitoring.coreos.com/v1,
+  which kubernetes-validate has no schema for) are validated against the Prometheus Operator's
   schemas as the npm package @kubernetes-models/prometheus-operator ships them (6.0.0, pinned by
   tests/deploy/prometheus_operator/package-lock.json; generated from the operator's API types,
   the source its CRDs' openAPIV3Schema is generated from): types, required fields, enums and
   patterns (durations, ...), by its validators; unknown fields, which those validators let
   through but `kubectl apply --validate=strict` refuses, by walking the package's type
   declarations;
-- the ServiceMonitor finds the coordinators' metrics port through a Service and the rules' `job`
-  label is that Service's name;
+- the ServiceMonitor finds the coordinators' metrics port through a Service, the PodMonitor the
+  agents' metrics port on the worker pods, and the `job` labels the rules and the dashboard name
+  are theirs;
 - every alert expression and every dashboard query parses (`promtool check rules`, Debian's
   prometheus package), and each alert fires on the series it is about and not on others
   (`promtool test rules`);
-- every coordinator metric the rules and the dashboard use is one a running coordinator exports
-  (its /metrics), with label values the code produces. The agents export no metrics: the
-  dashboard's worker panels use the coordinators' metrics and kube-state-metrics (the names in
-  EXTERNAL).
+- every coordinator and agent metric the rules and the dashboard use is one a running
+  coordinator or a running agent (joined to that coordinator) exports (their /metrics), with
+  label values the code produces; the others are Prometheus's and kube-state-metrics' (the names
+  in EXTERNAL).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import inspect
 import json
 import re
 import shutil
@@ -34,15 +36,27 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
 from connect_protocol.errors import ErrorCode
 from coordinator_svc.core.model import GroupStatus
+from coordinator_svc.metrics import LEASE_CHANGES
 from tests.deploy.conftest import PROD_WITH_MONITORING
-from tests.deploy.k8s import REPO, Obj, Rendered, is_prometheus_operator, labels_match
+from tests.deploy.k8s import (
+    REPO,
+    Obj,
+    Rendered,
+    container_ports,
+    is_prometheus_operator,
+    labels_match,
+)
 from tests.deploy.local import wait_for
+from tests.support.agents import AgentProcess
 from tests.support.coordinator import CoordinatorProcess, free_port
+from worker_agent import metrics as agent_metrics
+from worker_agent.membership import Membership, Phase
 
 COMPONENT = REPO / "deploy" / "k8s" / "components" / "monitoring"
 SCHEMAS = Path(__file__).parent / "prometheus_operator"
@@ -54,6 +68,7 @@ TYPES = SCHEMAS / "node_modules" / "@kubernetes-models"
 EXTERNAL = {
     "up",
     "kube_job_failed",
+    "kube_job_status_failed",
     "kube_job_status_start_time",
     "kube_cronjob_status_last_successful_time",
     "kube_pod_status_ready",
@@ -105,11 +120,11 @@ def _as_promql(query: str) -> str:
     return m.group(1) if m else query
 
 
-def test_the_component_adds_a_service_monitor_rules_and_a_dashboard_to_prod(
+def test_the_component_adds_monitors_rules_and_a_dashboard_to_prod(
     monitored: Rendered, rendered: dict[str, Rendered]
 ) -> None:
     kinds = sorted(o["kind"] for o in monitored.objects if is_prometheus_operator(o))
-    assert kinds == ["PrometheusRule", "ServiceMonitor"]
+    assert kinds == ["PodMonitor", "PrometheusRule", "ServiceMonitor"]
     assert not [o for o in rendered["prod"].objects if is_prometheus_operator(o)]  # optional
     ns = {o["metadata"]["namespace"] for o in monitored.objects if is_prometheus_operator(o)}
     assert ns == {"connect"}
@@ -151,13 +166,60 @@ def test_the_service_monitor_scrapes_every_coordinator_through_a_service(
     assert metrics.get(target, target) == int(
         template.metadata["annotations"]["prometheus.io/port"]
     )
-    # The rules name the scrape job as the operator labels it: the Service's name.
+    # The rules and the dashboard name the scrape jobs as they are labelled: the Service's name
+    # for the coordinators, the one the PodMonitor sets for the agents.
+    jobs = {service["metadata"]["name"], _pod_monitor_job(monitored)}
     for rule in _rules(monitored):
         for job in re.findall(r'\bjob="([^"]+)"', rule["expr"]):
-            assert job == service["metadata"]["name"], rule["alert"]
+            assert job in jobs, rule["alert"]
     for query in _dashboard_queries(_dashboard(monitored)):
         for job in re.findall(r'\bjob="([^"]+)"', query):
-            assert job == service["metadata"]["name"], query
+            assert job in jobs, query
+
+
+def _pod_monitor_job(r: Rendered) -> str:
+    """The `job` label the PodMonitor gives its targets (a relabeling that sets it)."""
+    [endpoint] = _one(r, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    [job] = [
+        rule["replacement"]
+        for rule in endpoint.get("relabelings") or []
+        if rule.get("targetLabel") == "job" and not rule.get("sourceLabels")
+    ]
+    return str(job)
+
+
+def test_the_pod_monitor_scrapes_every_worker_agent_on_its_metrics_port(
+    monitored: Rendered,
+) -> None:
+    """The worker pods, by the label every worker pod carries for the coordinator's
+    NetworkPolicy; the agent sidecar's named port, on which the agent serves /metrics (its
+    flags); Prometheus admitted there by the workers' NetworkPolicy (test_manifests)."""
+    monitor = _one(monitored, "PodMonitor")
+    assert "namespaceSelector" not in monitor["spec"]  # its own namespace: the workers'
+    [(template, agent)] = monitored.pods_running("worker-agent", "run")
+    assert template.namespace == monitor["metadata"]["namespace"]
+    assert labels_match(monitor["spec"]["selector"], template.labels)
+    assert "connect-coordinator/client" in monitor["spec"]["selector"]["matchLabels"]
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["path"] == "/metrics"
+    # A port of the agent (a native sidecar: an init container), and of no other container, so
+    # that nothing else of the pod is scraped as the agent.
+    assert endpoint["port"] in container_ports(agent)
+    others = [c for c in template.containers if c is not agent]
+    assert all(endpoint["port"] not in container_ports(c) for c in others)
+    assert agent in template.sidecars
+    configmaps = monitored.configmaps(template.namespace)
+    [config] = [
+        configmaps[ref["configMapRef"]["name"]]
+        for ref in agent.get("envFrom") or []
+        if "configMapRef" in ref
+    ]
+    assert config["WORKER_AGENT_METRICS_PORT"] == str(container_ports(agent)[endpoint["port"]])
+    # No pod but the workers': the coordinators and the jobs are not selected.
+    selected = [
+        t for t in monitored.pod_templates() if labels_match(monitor["spec"]["selector"], t.labels)
+    ]
+    assert [t.owner_ref for t in selected] == [template.owner_ref]
 
 
 # --- the Prometheus Operator's schemas ------------------------------------------------------
@@ -297,12 +359,23 @@ def test_the_schema_checks_catch_mistakes(monitored: Rendered, operator_schemas:
     bad_interval["spec"]["endpoints"][0]["interval"] = "fifteen seconds"
     no_expr = json.loads(json.dumps(rule))
     del no_expr["spec"]["groups"][0]["rules"][0]["expr"]
-    results = _validate(operator_schemas, [bad_interval, no_expr])
+    pods = _one(monitored, "PodMonitor")
+    no_selector = json.loads(json.dumps(pods))
+    del no_selector["spec"]["selector"]
+    bad_timeout = json.loads(json.dumps(pods))
+    bad_timeout["spec"]["podMetricsEndpoints"][0]["scrapeTimeout"] = "10 s"
+    results = _validate(operator_schemas, [bad_interval, no_expr, no_selector, bad_timeout])
     assert all(r["errors"] for r in results), results
+    v1 = TYPES / "prometheus-operator" / "monitoring.coreos.com" / "v1"
+    # A ServiceMonitor's field in a PodMonitor, a misspelt one in its endpoint.
+    wrong_field = json.loads(json.dumps(pods))
+    wrong_field["spec"]["endpoints"] = []
+    wrong_field["spec"]["podMetricsEndpoints"][0]["portName"] = "agent-metrics"
+    unknown = sorted(DeclaredFields(TYPES).unknown(wrong_field, v1 / "PodMonitor.d.ts"))
+    assert unknown == ["/spec/endpoints", "/spec/podMetricsEndpoints/0/portName"], unknown
     misspelt = json.loads(json.dumps(rule))
     misspelt["spec"]["groups"][0]["rules"][0]["annotation"] = {}
     misspelt["spec"]["groups"][0]["interval_s"] = 30
-    v1 = TYPES / "prometheus-operator" / "monitoring.coreos.com" / "v1"
     unknown = sorted(DeclaredFields(TYPES).unknown(misspelt, v1 / "PrometheusRule.d.ts"))
     assert unknown == ["/spec/groups/0/interval_s", "/spec/groups/0/rules/0/annotation"], unknown
 
@@ -354,6 +427,30 @@ def _series(name: str, values: str, **labels: str) -> Obj:
 
 POD = {"namespace": "connect", "pod": "coordinator-a", "job": "coordinator-headless"}
 OTHER = {"namespace": "connect", "pod": "coordinator-b", "job": "coordinator-headless"}
+WORKER_0 = {"namespace": "connect", "pod": "connect-worker-0", "job": "worker-agent"}
+WORKER_1 = {"namespace": "connect", "pod": "connect-worker-1", "job": "worker-agent"}
+VIOLATION_JOB = {"namespace": "connect", "job_name": "coordinator-audit-export-29100000"}
+CRASHED_JOB = {"namespace": "connect", "job_name": "coordinator-audit-export-29100001"}
+OLD_JOB = {"namespace": "connect", "job_name": "coordinator-audit-export-29000000"}
+#: The reasons kube-state-metrics knows for a failed Job (each a series, 1 for the Job's).
+KSM_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "Evicted")
+
+
+def _failed_job(job: dict[str, str], reason: str | None) -> list[Obj]:
+    """A failed Job as kube-state-metrics shows it: kube_job_failed, and kube_job_status_failed
+    for each reason it knows (all 0 when the Job's reason is another, PodFailurePolicy)."""
+    out = [
+        _series("kube_job_failed", "1x22", condition="true", **job),
+        _series("kube_job_failed", "0x22", condition="false", **job),
+        _series("kube_job_status_start_time", "300x22", **job),
+    ]
+    for known in KSM_REASONS:
+        out.append(
+            _series(
+                "kube_job_status_failed", "1x22" if known == reason else "0x22", reason=known, **job
+            )
+        )
+    return out
 
 
 def _alert_tests() -> list[Obj]:
@@ -371,10 +468,35 @@ def _alert_tests() -> list[Obj]:
                 _series("coordinator_ready", "1 0x20", **OTHER),
                 _series("coordinator_database_unanswered_seconds", "0 0 60+60x20", **POD),
                 _series("coordinator_database_unanswered_seconds", "0+1x22", **OTHER),
+                # A group RECONCILING longer and longer (past 2 rebalance timeouts at minute
+                # 5); one ASSIGNING past 2 for two minutes only, then settled; the other
+                # replica's groups just inside their timeouts.
+                _series(
+                    "coordinator_rebalance_oldest_timeout_ratio",
+                    "0 0.5 1 1.5 2 2.5 3 3.5 4 4.5 5 5.5 6x10",
+                    state="RECONCILING",
+                    **POD,
+                ),
+                _series(
+                    "coordinator_rebalance_oldest_timeout_ratio",
+                    "3 3 0x20",
+                    state="ASSIGNING",
+                    **POD,
+                ),
+                _series(
+                    "coordinator_rebalance_oldest_timeout_ratio",
+                    "1.9x22",
+                    state="RECONCILING",
+                    **OTHER,
+                ),
+                _series(
+                    "coordinator_rebalance_oldest_seconds",
+                    "0+30x22",
+                    state="RECONCILING",
+                    **POD,
+                ),
                 _series("coordinator_groups", "1x22", state="RECONCILING", **POD),
-                _series("coordinator_groups", "1 1 0x20", state="ASSIGNING", **POD),
                 _series("coordinator_groups", "3x22", state="STABLE", **OTHER),
-                _series("coordinator_groups", "0x22", state="RECONCILING", **OTHER),
                 _series(
                     "coordinator_rebalances_total",
                     "0 0 1 1x20",
@@ -382,6 +504,8 @@ def _alert_tests() -> list[Obj]:
                     **POD,
                 ),
                 _series("coordinator_rebalances_total", "0+1x22", reason="member joined", **POD),
+                # The coordinator's fenced answers alone do not make ConnectMembersFenced: it
+                # is the agents' count.
                 _series(
                     "coordinator_errors_total",
                     "0 0 3x20",
@@ -412,26 +536,53 @@ def _alert_tests() -> list[Obj]:
                     result="installed",
                     **POD,
                 ),
+                # One incident of lost leases (a database outage): not flapping.
                 _series(
-                    "kube_job_failed",
-                    "1x22",
-                    condition="true",
-                    job_name="coordinator-audit-export-29100000",
-                    namespace="connect",
+                    "coordinator_group_lease_changes_total", "0 0 0 40x19", change="lost", **POD
                 ),
                 _series(
-                    "kube_job_status_start_time",
-                    "300x22",
-                    job_name="coordinator-audit-export-29100000",
-                    namespace="connect",
+                    "coordinator_group_lease_changes_total", "0+3x22", change="acquired", **OTHER
+                ),
+                # The agents: worker 0 fenced itself once; worker 1's webhook fails every
+                # revocation, worker 0's failed one assignment (retried: fine).
+                _series(
+                    "worker_agent_self_fenced_total",
+                    "0 0 1x20",
+                    reason="session_timeout",
+                    **WORKER_0,
                 ),
                 _series(
-                    "kube_job_failed",
+                    "worker_agent_self_fenced_total",
                     "0x22",
-                    condition="true",
-                    job_name="coordinator-audit-export-29000000",
-                    namespace="connect",
+                    reason="FENCED_MEMBER_EPOCH",
+                    **WORKER_0,
                 ),
+                _series(
+                    "worker_agent_listener_calls_total",
+                    "0 0 0+2x20",
+                    event="revoked",
+                    result="failed",
+                    **WORKER_1,
+                ),
+                _series(
+                    "worker_agent_listener_calls_total",
+                    "0 0 1x20",
+                    event="assigned",
+                    result="failed",
+                    **WORKER_0,
+                ),
+                _series(
+                    "worker_agent_listener_calls_total",
+                    "0+5x22",
+                    event="revoked",
+                    result="ok",
+                    **WORKER_0,
+                ),
+                # The audit export: a violation (PodFailurePolicy), a crash (retried, then
+                # BackoffLimitExceeded), and an older run that succeeded.
+                *_failed_job(VIOLATION_JOB, None),
+                *_failed_job(CRASHED_JOB, "BackoffLimitExceeded"),
+                _series("kube_job_failed", "0x22", condition="true", **OLD_JOB),
             ],
             "alert_rule_test": [
                 {
@@ -466,6 +617,27 @@ def _alert_tests() -> list[Obj]:
                     ],
                 },
                 {
+                    # Past 2 at minute 5, for a minute: pending at 5, firing from 6; the
+                    # ASSIGNING spike of minutes 0-1 fired at 1 and is gone.
+                    "eval_time": "5m",
+                    "alertname": "ConnectGroupStuckRebalancing",
+                    "exp_alerts": [],
+                },
+                {
+                    "eval_time": "1m",
+                    "alertname": "ConnectGroupStuckRebalancing",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                **sev_w,
+                                "namespace": "connect",
+                                "pod": "coordinator-a",
+                                "state": "ASSIGNING",
+                            }
+                        }
+                    ],
+                },
+                {
                     "eval_time": "10m",
                     "alertname": "ConnectGroupStuckRebalancing",
                     "exp_alerts": [
@@ -489,7 +661,21 @@ def _alert_tests() -> list[Obj]:
                 {
                     "eval_time": "10m",
                     "alertname": "ConnectMembersFenced",
-                    "exp_alerts": [{"exp_labels": {**sev_w, **ns, "code": "FENCED_MEMBER_EPOCH"}}],
+                    "exp_alerts": [{"exp_labels": {**sev_w, **ns, "reason": "session_timeout"}}],
+                },
+                {
+                    "eval_time": "10m",
+                    "alertname": "ConnectAgentListenerFailing",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                **sev_w,
+                                **ns,
+                                "pod": "connect-worker-1",
+                                "event": "revoked",
+                            }
+                        }
+                    ],
                 },
                 {
                     "eval_time": "20m",
@@ -508,31 +694,39 @@ def _alert_tests() -> list[Obj]:
                 },
                 {
                     "eval_time": "10m",
+                    "alertname": "ConnectAuditViolationsFound",
+                    "exp_alerts": [{"exp_labels": {**sev_c, "condition": "true", **VIOLATION_JOB}}],
+                },
+                {
+                    "eval_time": "10m",
                     "alertname": "ConnectAuditExportFailed",
                     "exp_alerts": [
-                        {
-                            "exp_labels": {
-                                **sev_c,
-                                "condition": "true",
-                                "job_name": "coordinator-audit-export-29100000",
-                                "namespace": "connect",
-                            }
-                        }
+                        {"exp_labels": {**sev_w, "reason": "BackoffLimitExceeded", **CRASHED_JOB}}
                     ],
                 },
             ],
         },
         {
-            # Groups moving back and forth between two replicas every minute; then nothing.
+            # Leases lost at minutes 7, 17 and 27: three of the 5-minute windows by minute 30,
+            # two by minute 25; then no replica scraped at all.
             "interval": "1m",
             "input_series": [
-                _series("coordinator_groups", "5 0 5 0 5 0 5 0 5 0", state="STABLE", **POD),
-                _series("coordinator_groups", "0 5 0 5 0 5 0 5 0 5", state="STABLE", **OTHER),
+                _series(
+                    "coordinator_group_lease_changes_total",
+                    "0x7 2x9 3x9 5x13",
+                    change="lost",
+                    **POD,
+                ),
                 _series("up", "0x40", **POD),
             ],
             "alert_rule_test": [
                 {
-                    "eval_time": "9m",
+                    "eval_time": "25m",
+                    "alertname": "ConnectCoordinatorLeaseFlapping",
+                    "exp_alerts": [],
+                },
+                {
+                    "eval_time": "30m",
                     "alertname": "ConnectCoordinatorLeaseFlapping",
                     "exp_alerts": [{"exp_labels": {**sev_w, **ns}}],
                 },
@@ -669,47 +863,113 @@ def test_metric_selectors_reads_promql() -> None:
     assert metric_selectors("changes((sum by (pod) (coordinator_groups))[30m:1m]) > 6") == [
         ("coordinator_groups", {})
     ]
+    assert metric_selectors(
+        'count_over_time((sum by (namespace) (increase(c_total{change="lost"}[5m])) > 0)'
+        "[30m:5m]) >= 3 unless histogram_quantile(0.99, sum by (le, reason) (rate(h_bucket[5m])))"
+    ) == [("c_total", {"change": "lost"}), ("h_bucket", {})]
 
 
-@pytest.fixture
-def coordinator_metrics(
-    database_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, set[str]]:
-    """A running coordinator's /metrics: family name -> the sample names it exports (from the
-    # TYPE lines, so labelled families that have no sample yet count too)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("coordinator") / "coordinator.log"
-    coordinator = CoordinatorProcess(
-        database_url, "--metrics-port", str(port), "--metrics-host", "127.0.0.1", log_path=log
-    )
-    coordinator.start()
-    try:
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "gauge": ("",),
+    "summary": ("_sum", "_count", "_created", ""),
+}
 
-        def scrape() -> str | None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    return str(r.read().decode())
-            except OSError:
-                return None
 
-        text = wait_for("the metrics endpoint", scrape, 15, log.read_text)
-    finally:
-        coordinator.close()
-    suffixes = {
-        "counter": ("_total", "_created"),
-        "histogram": ("_bucket", "_sum", "_count", "_created"),
-        "gauge": ("",),
-        "summary": ("_sum", "_count", "_created", ""),
-    }
+def _families(text: str) -> dict[str, set[str]]:
+    """An exposition's families: family name -> the sample names it exports (from the # TYPE
+    lines, so labelled families that have no sample yet count too)."""
     families: dict[str, set[str]] = {}
     for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, flags=re.M):
         base = name.removesuffix("_total") if kind == "counter" else name
-        families[base] = {base + s for s in suffixes.get(kind, ("",))}
+        families[base] = {base + s for s in SUFFIXES.get(kind, ("",))}
     return families
 
 
-def _label_values() -> dict[str, set[str]]:
-    """The values the code gives each label of the coordinator's metrics."""
+def _scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def exported_metrics(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, set[str]]:
+    """What a running coordinator and a running agent, a member of a group of that coordinator,
+    serve on /metrics: family name -> the sample names it exports."""
+    workdir = tmp_path_factory.mktemp("exported-metrics")
+    coordinator_port, agent_port = free_port(), free_port()
+    log = workdir / "coordinator.log"
+    coordinator = CoordinatorProcess(
+        database_url,
+        "--metrics-port",
+        str(coordinator_port),
+        "--metrics-host",
+        "127.0.0.1",
+        log_path=log,
+    )
+    agent = AgentProcess(
+        "w1",
+        coordinator.address,
+        "metrics-group",
+        workdir / "agent",
+        extra_args=["--metrics-port", str(agent_port), "--metrics-host", "127.0.0.1"],
+    )
+    coordinator.start()
+    try:
+        agent.start()
+        coordinator_text = wait_for(
+            "the coordinator's metrics", lambda: _scrape(coordinator_port), 15, log.read_text
+        )
+
+        def joined() -> str | None:
+            text = _scrape(agent_port)
+            if text is None or not re.search(r"^worker_agent_member_epoch [1-9]", text, re.M):
+                return None
+            return text
+
+        agent_text = wait_for("the agent to join", joined, 30, agent.log_tail)
+    finally:
+        agent.close()
+        coordinator.close()
+    coordinator_families = _families(coordinator_text)
+    agent_families = _families(agent_text)
+    assert coordinator_families and agent_families
+    assert not set(coordinator_families) & set(agent_families)
+    assert all(name.startswith("coordinator_") for name in coordinator_families)
+    assert all(name.startswith("worker_agent_") for name in agent_families)
+    return {**coordinator_families, **agent_families}
+
+
+def _label_values(name: str) -> dict[str, set[str]]:
+    """The values the code gives each label of the metric `name` (a sample name)."""
+    if name.startswith("worker_agent_"):
+        stop_reasons = set(
+            re.findall(r'return "([^"]+)"', inspect.getsource(Membership._stop_reason))
+        )
+        assert stop_reasons == set(agent_metrics.STOP_REASONS)
+        assert [p.value for p in Phase] == list(agent_metrics.PHASES)
+        family = {
+            "worker_agent_self_fenced_total": {"reason": set(agent_metrics.SELF_FENCE_REASONS)},
+            "worker_agent_heartbeat_errors_total": {"code": {c.name for c in ErrorCode}},
+            "worker_agent_heartbeat_failures_total": {"status": {c.name for c in grpc.StatusCode}},
+            "worker_agent_listener_calls_total": {
+                "event": set(agent_metrics.EVENTS),
+                "result": {"ok", "failed"},
+            },
+            "worker_agent_listener_retries_total": {"event": set(agent_metrics.EVENTS)},
+            "worker_agent_leaves_total": {"outcome": set(agent_metrics.LEAVE_OUTCOMES)},
+            "worker_agent_phase": {"phase": set(agent_metrics.PHASES)},
+            "worker_agent_resources": {"kind": {"connector", "task"}},
+        }
+        histogram = re.sub(r"_(bucket|sum|count)$", "", name)
+        if histogram == "worker_agent_revocation_seconds":
+            return {"reason": stop_reasons, "le": set()}
+        return family.get(name, {})
     sources = "\n".join(p.read_text() for p in (REPO / "coordinator_svc").rglob("*.py"))
     reasons = set(re.findall(r'bump_epoch\(\s*"([^"]+)"', sources))
     rpcs = set(re.findall(r"^    def ([A-Z]\w+)\(\s*self,\s*request", sources, flags=re.M))
@@ -719,16 +979,19 @@ def _label_values() -> dict[str, set[str]]:
         "reason": reasons,
         "result": {"installed", "failed"},
         "rpc": rpcs,
+        "change": set(LEASE_CHANGES),
     }
 
 
 def test_every_metric_the_rules_and_dashboard_use_exists_with_the_label_values_it_has(
-    monitored: Rendered, coordinator_metrics: dict[str, set[str]]
+    monitored: Rendered, exported_metrics: dict[str, set[str]]
 ) -> None:
-    exported = set().union(*coordinator_metrics.values())
+    exported = set().union(*exported_metrics.values())
     assert "coordinator_rebalances_total" in exported  # a labelled family without samples yet
-    values = _label_values()
-    assert "member session expired" in values["reason"] and "ConnectGroupHeartbeat" in values["rpc"]
+    assert "worker_agent_revocation_seconds_bucket" in exported  # nothing revoked yet
+    coordinator = _label_values("coordinator_rebalances_total")
+    assert "member session expired" in coordinator["reason"]
+    assert "ConnectGroupHeartbeat" in coordinator["rpc"]
     expressions = [r["expr"] for r in _rules(monitored)]
     expressions += [_as_promql(q) for q in _dashboard_queries(_dashboard(monitored))]
     used: set[str] = set()
@@ -739,7 +1002,10 @@ def test_every_metric_the_rules_and_dashboard_use_exists_with_the_label_values_i
             used.add(name)
             if name in EXTERNAL:
                 continue
-            assert name in exported, f"{name} is not exported by the coordinator ({expr})"
+            assert name in exported, (
+                f"{name} is not exported by the coordinator nor the agent ({expr})"
+            )
+            values = _label_values(name)
             for label, value in labels.items():
                 if label in ("namespace", "pod", "job"):
                     continue  # the scrape's target labels
@@ -748,9 +1014,45 @@ def test_every_metric_the_rules_and_dashboard_use_exists_with_the_label_values_i
                     assert alternative in values[label], (
                         f"{name}{{{label}}}: {alternative!r} is not a value the code produces"
                     )
-    # Everything the coordinator exports about groups and readiness is used somewhere.
-    for family in ("coordinator_groups", "coordinator_ready", "coordinator_errors"):
-        assert coordinator_metrics[family] & used, family
+    # What the coordinator exports about groups, readiness and leases, and what the agents
+    # export about their membership and their worker, is used somewhere.
+    for family in (
+        "coordinator_groups",
+        "coordinator_ready",
+        "coordinator_errors",
+        "coordinator_rebalance_oldest_seconds",
+        "coordinator_rebalance_oldest_timeout_ratio",
+        "coordinator_group_lease_changes",
+        "worker_agent_heartbeats",
+        "worker_agent_heartbeat_errors",
+        "worker_agent_heartbeat_failures",
+        "worker_agent_self_fenced",
+        "worker_agent_listener_calls",
+        "worker_agent_listener_retries",
+        "worker_agent_revocation_seconds",
+        "worker_agent_leaves",
+        "worker_agent_member_epoch",
+        "worker_agent_phase",
+        "worker_agent_resources",
+    ):
+        assert exported_metrics[family] & used, family
+
+
+def test_the_agents_exposition_is_one_promtool_accepts(tmp_path: Path) -> None:
+    """The agent writes the text format itself (its image has no prometheus_client): promtool's
+    linter reads it as Prometheus would, names and types included."""
+    metrics = agent_metrics.AgentMetrics()
+    metrics.heartbeat_errors.inc("NOT_COORDINATOR")
+    metrics.revocations.observe(0.3, "revoked")
+    metrics.self_fenced.inc("session_timeout")
+    done = subprocess.run(
+        [promtool(), "check", "metrics"],
+        input=metrics.render(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_readme_says_what_each_alert_means_and_what_to_do(monitored: Rendered) -> None:

@@ -44,6 +44,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command as alembic_command
 from connect.group.v1 import admin_pb2
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator_svc.store.migrate import alembic_config, code_revisions
 from tests.deploy.k8s import (
@@ -261,11 +262,17 @@ class Rehearsal:
         webhook_port = int(listen.rpartition(":")[2])
         assert env["WORKER_AGENT_WEBHOOK"].startswith(f"http://{listen}/"), (env, listen)
         local_webhook = free_port()
+        metrics_port = container_ports(self.agent_c)["agent-metrics"]
+        assert env["WORKER_AGENT_METRICS_PORT"] == str(metrics_port)
+        local_metrics = free_port()
         overrides = {
             "WORKER_AGENT_COORDINATOR": ",".join(coordinators),
             "WORKER_AGENT_STATUS_PORT": str(local_status),
             # In the pod it listens on the pod's addresses for the kubelet; here the loopback.
             "WORKER_AGENT_STATUS_HOST": "127.0.0.1",
+            # In the pod, on the pod's addresses for Prometheus; here the loopback.
+            "WORKER_AGENT_METRICS_PORT": str(local_metrics),
+            "WORKER_AGENT_METRICS_HOST": "127.0.0.1",
             "WORKER_AGENT_WEBHOOK": env["WORKER_AGENT_WEBHOOK"].replace(
                 listen, f"127.0.0.1:{local_webhook}"
             ),
@@ -276,7 +283,11 @@ class Rehearsal:
         overrides["SAMPLE_WORKER_STATUS_URL"] = url.removesuffix(str(status_port)) + str(
             local_status
         )
-        port_map = {status_port: local_status, webhook_port: local_webhook}
+        port_map = {
+            status_port: local_status,
+            webhook_port: local_webhook,
+            metrics_port: local_metrics,
+        }
         pod = self._pod(self.worker_t, name, configmaps, overrides, port_map)
         self.group = env["WORKER_AGENT_GROUP"]
         self.workers[name] = pod
@@ -478,6 +489,18 @@ def check_deletion_order(
     assert stopped <= left <= exited, (stopped, left, exited)
 
 
+def scraped(port: int, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` with `labels` that /metrics on `port` serves."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
+
+
 def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_outage(
     rehearsal: Rehearsal,
 ) -> None:
@@ -566,6 +589,12 @@ def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_ou
     )
     assert rh.owner_address() == rh.coordinator_address[owner]  # the Downward API address
     [survivor] = [n for n in rh.coordinators if n != owner]
+    metrics_of = {
+        name: ports[int(annotations["prometheus.io/port"])]
+        for name, ports in rh.coordinator_ports.items()
+    }
+    leases = "coordinator_group_lease_changes_total"
+    acquired = scraped(metrics_of[survivor], leases, change="acquired")
     mark = rh.last_event_id()
     rh.coordinators[owner].kill()
     assert rh.service is not None
@@ -574,6 +603,9 @@ def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_ou
         "the survivor to own the group", lambda: rh.lease_owner() == survivor, 30, rh.diagnostics
     )
     assert rh.owner_address() == rh.coordinator_address[survivor]
+    # The survivor counts the takeover (the dead owner lost nothing it could count).
+    assert scraped(metrics_of[survivor], leases, change="acquired") >= acquired + 1
+    assert scraped(metrics_of[survivor], leases, change="lost") == 0
     # The workers carry on: nobody fenced itself, nothing moved, everyone stays ready.
     heartbeat_s = (
         int(
@@ -594,6 +626,12 @@ def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_ou
             ), f"{pod.name} {kind} fails\n{pod.tail()}"
         agent_log = "\n".join(pod.log_lines("worker-agent"))
         assert "fencing itself" not in agent_log, pod.tail()
+        # ... as its metrics say too, where the pod annotations point Prometheus.
+        agent_metrics = rh.worker_ports[pod.name][
+            int(rh.worker_t.metadata["annotations"]["prometheus.io/port"])
+        ]
+        assert scraped(agent_metrics, "worker_agent_self_fenced_total") == 0, pod.tail()
+        assert scraped(agent_metrics, "worker_agent_phase", phase="MEMBER") == 1, pod.tail()
         assert names(rh.worker_runs(pod)) == names(before[pod.name]), pod.tail()
     assert rh.describe().group_epoch == epoch
     assert (
@@ -661,6 +699,14 @@ def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_ou
         rh.diagnostics,
     )
     assert rh.coordinators[survivor].alive()
+    # Its leases lapsed during the outage: counted as lost once it learns so (its renewal or
+    # the workers' next heartbeats, now that the database answers).
+    wait_for(
+        "the lapsed leases counted as lost",
+        lambda: scraped(metrics_of[survivor], leases, change="lost") >= 1,
+        lease_s + 10,
+        rh.diagnostics,
+    )
     lines = rh.coordinators[survivor].log_lines("coordinator")
     changes = [e["serving"] for e in json_events(lines, "readiness")]
     assert changes[-2:] == [False, True], changes

@@ -258,6 +258,8 @@ class TlsRehearsal:
         env = {**image_env(self.tmp / "home"), **mounts.env(env)}
         status = container_ports(self.agent_c)["status"]
         local_status = free_port()
+        metrics = container_ports(self.agent_c)["agent-metrics"]
+        local_metrics = free_port()
         # No worker beside it here: the agent logs its events instead of POSTing them.
         env.pop("WORKER_AGENT_WEBHOOK", None)
         env.update(
@@ -266,6 +268,8 @@ class TlsRehearsal:
                 "WORKER_AGENT_COORDINATOR": self.address,
                 "WORKER_AGENT_STATUS_PORT": str(local_status),
                 "WORKER_AGENT_STATUS_HOST": "127.0.0.1",
+                "WORKER_AGENT_METRICS_PORT": str(local_metrics),
+                "WORKER_AGENT_METRICS_HOST": "127.0.0.1",
             }
         )
         self.group = env["WORKER_AGENT_GROUP"]
@@ -275,7 +279,7 @@ class TlsRehearsal:
             [LocalContainer("worker-agent", local_argv(self.agent_c), env, self.agent_c)],
             grace,
         )
-        return pod, {status: local_status}
+        return pod, {status: local_status, metrics: local_metrics}
 
 
 @pytest.fixture
