@@ -10,6 +10,9 @@ APT_PACKAGES=(
     openjdk-17-jre-headless
     libpostgresql-jdbc-java
     libxerial-sqlite-jdbc-java
+    # Headless Chromium: tests/audit/test_report*.py and the benchmark screenshot the audit
+    # report (tests/support/browser.py).
+    chromium
     # The images (scripts/build-images, tests/packaging/test_images.py): a Debian base made with
     # debootstrap, built with buildah, run with podman on runc (crun refuses this machine's
     # hybrid cgroups), inspected with skopeo and umoci, pushed and pinned (--pin) to a registry
