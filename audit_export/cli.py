@@ -31,9 +31,14 @@ canonical JSON: a change shows, two snapshots compare) and not its values, unles
 --include-config-values.
 
 Incremental: each run records its watermark (the last event id it exported) in
-OUTPUT/_watermarks/; the next export date starts after it. Re-running an export date replaces
-what it wrote (idempotent). Every option can also be set by the environment variable named in its
-help; the database password can be given in the URL or in AUDIT_EXPORT_DB_PASSWORD.
+OUTPUT/_watermarks/; the next export date starts after it. The findings are incremental too: a
+run folds only its own events into the state the previous date carried (OUTPUT/_findings_state/),
+and writes what changed plus what is still open (column `open`); the findings as of a date are,
+per row key, the latest date's row. Re-running an export date replaces what it wrote
+(idempotent; an older date repeats its first run).
+
+Every option can also be set by the environment variable named in its help; the database
+password can be given in the URL or in AUDIT_EXPORT_DB_PASSWORD.
 """
 
 
@@ -135,6 +140,15 @@ def build_parser(local: bool = True) -> argparse.ArgumentParser:
         help="export the tables and events only: no findings, summary or report",
     )
     fin.add_argument(
+        "--findings-mode",
+        choices=("incremental", "whole-history"),
+        default=_env("AUDIT_EXPORT_FINDINGS_MODE", "incremental"),
+        help="incremental: fold this date's events into the previous date's state; "
+        "whole-history: recompute from every exported event in Spark (the reference "
+        "computation, at a cost that grows with the history) (AUDIT_EXPORT_FINDINGS_MODE; "
+        "default %(default)s)",
+    )
+    fin.add_argument(
         "--max-report-rows",
         type=int,
         default=500,
@@ -191,6 +205,7 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
         findings=not args.no_findings,
         max_report_rows=args.max_report_rows,
         include_config_values=args.include_config_values,
+        findings_mode=args.findings_mode,
     )
 
 
@@ -209,6 +224,7 @@ def describe(result: ExportResult, seconds: float) -> str:
         )
     if result.summary is not None:
         s = result.summary
+        lines.append(f"  findings: {result.findings_mode}")
         lines.append(
             f"  findings: {len(s['rebalances'])} rebalances listed, "
             f"{s['violation_count']} violation(s) {s['violations_by_kind'] or ''}".rstrip()

@@ -73,3 +73,10 @@ class OutputFS:
         if not fs.exists(jpath):
             return []
         return sorted(str(status.getPath().getName()) for status in fs.listStatus(jpath))
+
+    def size(self, path: str) -> int:
+        """Bytes under a file or directory tree; 0 if it does not exist."""
+        jpath, fs = self._path(path)
+        if not fs.exists(jpath):
+            return 0
+        return int(fs.getContentSummary(jpath).getLength())

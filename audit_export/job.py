@@ -7,7 +7,10 @@ Output layout under the output path (every table Parquet, partitioned by export 
         groups, group_leases, members, catalogue, target_assignment, current_assignment,
         group_configs (the snapshot), events (this run's events)
     findings/<name>/export_date=YYYY-MM-DD/group_id=<group>/part-*.parquet
-        rebalances, lost_resources, connector_moves, violations, ownership
+        rebalances, lost_resources, connector_moves, violations, ownership: what this run
+        found or changed, and every row still open (`incremental`)
+    _findings_state/export_date=YYYY-MM-DD/part-*.parquet
+        what the next date's findings start from (`incremental`)
     reports/export_date=YYYY-MM-DD/summary.json and report.html
     _watermarks/export_date=YYYY-MM-DD.json
 
@@ -18,6 +21,7 @@ payload has `config_changed` and the new `config_digest`, never values.
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from . import findings as fnd
-from . import report, report_data, snapshot, source
+from . import incremental, report, report_data, snapshot, source
 from .fs import OutputFS, join, qualify
 from .summary import build_summary
 from .watermark import (
@@ -41,6 +45,8 @@ from .watermark import (
     record_run,
     still_unfilled,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,11 @@ class ExportOptions:
         include_config_values: write each connector's config values in the catalogue, besides
             its digest (off: connector configs carry secrets; only for an export stored as
             securely as the database).
+        findings_mode: "incremental" (this date's events folded into the state the previous
+            date carried; see `incremental`) or "whole-history" (every exported event
+            recomputed in Spark: the reference computation, and the old cost).
+        as_of_ms: "now" for what has not ended yet (default: the time of the run; a re-run of
+            an older date uses its first run's).
     """
 
     database_url: str
@@ -77,6 +88,8 @@ class ExportOptions:
     findings: bool = True
     max_report_rows: int = 500
     include_config_values: bool = False
+    findings_mode: str = "incremental"
+    as_of_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,7 @@ class ExportResult:
             `events` (the events' job, which runs beside the snapshot); then `findings` and
             `report`.
         source_rows: rows read from the database per table.
+        findings_mode: how the findings were computed (incremental, or whole history and why).
     """
 
     run: RunRecord
@@ -101,6 +115,7 @@ class ExportResult:
     paths: dict[str, str]
     timings: dict[str, float]
     source_rows: dict[str, int]
+    findings_mode: str = ""
 
 
 def _today() -> str:
@@ -172,9 +187,8 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             stats = pinned.stats
             # 1. Which events this run exports: up to the highest id in the snapshot, so the
             #    snapshot reflects at least every exported event.
-            event_range = plan_range(
-                load_runs(fs, out), export_date, stats.max_event_id, options.since_event_id
-            )
+            runs = load_runs(fs, out)
+            event_range = plan_range(runs, export_date, stats.max_event_id, options.since_event_id)
 
             # 2. The events stream from parallel JDBC reads straight to Parquet, started first:
             #    they are most of the work, and the snapshot is written beside them.
@@ -237,8 +251,10 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
         source_rows = {**stats.rows, "events": n_events}
 
         summary: dict[str, Any] | None = None
+        findings_mode = ""
         paths: dict[str, str] = {}
         now_ms = int(time.time() * 1000)
+        as_of_ms = _as_of(options, runs, export_date, max(now_ms, stats.max_event_at_ms))
         unfilled = still_unfilled(event_range, missing, now_ms, options.unfilled_wait_ms)
         run = RunRecord(
             export_date=export_date,
@@ -251,22 +267,50 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             source=src.display,
             rechecked=event_range.recheck,
             unfilled=unfilled,
+            as_of_ms=as_of_ms,
         )
 
-        # 4. Findings over every exported event, and the report.
+        # 4. Findings: this date's events folded into the previous date's state (or, with
+        #    `findings_mode="whole-history"`, recomputed in Spark from every exported event),
+        #    and the report.
         if options.findings:
             started = time.monotonic()
             config = fnd.FindingsConfig(
                 grace_ms=options.grace_ms,
-                as_of_ms=max(now_ms, stats.max_event_at_ms),
+                as_of_ms=as_of_ms,
                 snapshot_after_event_id=stats.max_event_id,
             )
             exported = {
                 name: snapshot.read_exported(spark, fs, join(out, name), export_date)
                 for name in snapshot.SNAPSHOT_TABLES
             }
-            found = fnd.compute(_all_events(spark, fs, out), exported, config, keep)
-            finding_tables = {name: hold(df) for name, df in found.tables().items()}
+            history = _all_events(spark, fs, out, up_to=export_date)
+            if options.findings_mode == "whole-history":
+                found = fnd.compute(history, exported, config, keep)
+                finding_tables = {name: hold(df) for name, df in found.tables().items()}
+                findings_mode = "whole history (recomputed in Spark)"
+            else:
+                previous = incremental.previous_state_date(fs, out, export_date)
+                carried = (
+                    spark.read.schema(incremental.schema("_state")).parquet(
+                        incremental.state_path(out, previous)
+                    )
+                    if previous is not None
+                    else None
+                )
+                new_events = snapshot.read_exported(spark, fs, join(out, "events"), export_date)
+                folded = incremental.fold_findings(
+                    spark, new_events, carried, history, config, exported, hold
+                )
+                finding_tables = folded.tables
+                findings_mode = folded.mode
+                folded.state.coalesce(small_files).write.mode("overwrite").parquet(
+                    incremental.state_path(out, export_date)
+                )
+                state_bytes = fs.size(incremental.state_path(out, export_date))
+                table_rows["findings_state_rows"] = folded.state.count()
+                table_rows["findings_state_bytes"] = state_bytes
+            log.info("findings: %s", findings_mode)
             written = {
                 name: pool.submit(
                     _write_counted,
@@ -299,18 +343,30 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             timings["report"] = time.monotonic() - started
 
         record_run(fs, out, run)
-        return ExportResult(run, event_range, summary, paths, timings, source_rows)
+        return ExportResult(run, event_range, summary, paths, timings, source_rows, findings_mode)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         for df in persisted:
             df.unpersist()
 
 
-def _all_events(spark: SparkSession, fs: OutputFS, out: str) -> DataFrame:
-    """Every exported event (all export dates), once each."""
+def _all_events(spark: SparkSession, fs: OutputFS, out: str, *, up_to: str) -> DataFrame:
+    """Every event exported by the export dates up to `up_to`, once each."""
     path = join(out, "events")
     schema = _events_schema()
     if not fs.exists(path):
         return spark.createDataFrame([], schema)
-    df = spark.read.schema(schema).parquet(path)
+    df = spark.read.schema(schema).parquet(path).filter(F.col("export_date") <= up_to)
     return df.dropDuplicates(["id"])
+
+
+def _as_of(options: ExportOptions, runs: list[RunRecord], export_date: str, now_ms: int) -> int:
+    """ "Now" for what has not ended yet: `options.as_of_ms` if given; for a re-run of an older
+    export date, what its first run used (so it repeats exactly); else `now_ms`."""
+    if options.as_of_ms is not None:
+        return options.as_of_ms
+    same = next((r for r in runs if r.export_date == export_date), None)
+    later = any(r.export_date > export_date for r in runs)
+    if same is not None and later and same.as_of_ms is not None:
+        return same.as_of_ms
+    return now_ms

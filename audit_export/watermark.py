@@ -53,6 +53,8 @@ class RunRecord:
         rechecked: ids below `since_event_id` this run looked for (earlier runs' unfilled ids).
         unfilled: (id, first seen, ms since the epoch) for every id of the range, or of
             `rechecked`, that the run's snapshot did not have.
+        as_of_ms: the run's "now" for what had not ended (a re-run of an older date uses it
+            again); None in records written before it was kept.
     """
 
     export_date: str
@@ -65,6 +67,7 @@ class RunRecord:
     source: str = ""
     rechecked: tuple[int, ...] = ()
     unfilled: tuple[tuple[int, int], ...] = ()
+    as_of_ms: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -83,6 +86,7 @@ class RunRecord:
             source=str(data.get("source", "")),
             rechecked=tuple(int(i) for i in data.get("rechecked", [])),
             unfilled=tuple((int(i), int(at)) for i, at in data.get("unfilled", [])),
+            as_of_ms=None if data.get("as_of_ms") is None else int(data["as_of_ms"]),
         )
 
 
