@@ -107,6 +107,7 @@ class ExportResult:
             `report`.
         source_rows: rows read from the database per table.
         findings_mode: how the findings were computed (incremental, or whole history and why).
+        findings_state_bytes: the size of the state carried to the next date.
     """
 
     run: RunRecord
@@ -116,6 +117,7 @@ class ExportResult:
     timings: dict[str, float]
     source_rows: dict[str, int]
     findings_mode: str = ""
+    findings_state_bytes: int = 0
 
 
 def _today() -> str:
@@ -252,6 +254,7 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
 
         summary: dict[str, Any] | None = None
         findings_mode = ""
+        state_bytes = 0
         paths: dict[str, str] = {}
         now_ms = int(time.time() * 1000)
         as_of_ms = _as_of(options, runs, export_date, max(now_ms, stats.max_event_at_ms))
@@ -308,8 +311,7 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
                     incremental.state_path(out, export_date)
                 )
                 state_bytes = fs.size(incremental.state_path(out, export_date))
-                table_rows["findings_state_rows"] = folded.state.count()
-                table_rows["findings_state_bytes"] = state_bytes
+                table_rows["findings/_state"] = folded.state.count()
             log.info("findings: %s", findings_mode)
             written = {
                 name: pool.submit(
@@ -343,7 +345,9 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             timings["report"] = time.monotonic() - started
 
         record_run(fs, out, run)
-        return ExportResult(run, event_range, summary, paths, timings, source_rows, findings_mode)
+        return ExportResult(
+            run, event_range, summary, paths, timings, source_rows, findings_mode, state_bytes
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         for df in persisted:

@@ -363,10 +363,19 @@ def main() -> int:
         action="store_true",
         help="keep the Parquet output and COPY files (printed at the end)",
     )
+    inc = parser.add_argument_group(
+        "incremental findings (--incremental: daily runs on a growing history, each in a fresh "
+        "process, against recomputing the whole history)"
+    )
+    inc.add_argument("--incremental", action="store_true", help="run this benchmark instead")
+    inc.add_argument("--days", type=int, default=10)
+    inc.add_argument("--events-per-day", type=int, default=100_000)
     parser.add_argument("--state-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.connectors, args.tasks, args.members, args.events = 100, 100, 1_000, 100_000
+        args.days, args.events_per_day = 4, 25_000
+    args.screenshots = RESULTS if args.incremental else None
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-audit-"))
@@ -383,6 +392,14 @@ def main() -> int:
             note_state(args, "pg_bin", str(cluster.bin_dir))
             url = create_database(cluster.url, "audit_bench")
             upgrade_to_head(url)
+            if args.incremental:
+                from bench import audit_incremental_bench
+
+                result["incremental"] = audit_incremental_bench.run(args, url, work)
+                path = RESULTS / "audit-incremental-latest.json"
+                path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+                print(f"results: {path}; report screenshots: {RESULTS}/audit-report-*.png")
+                return 0
             log(
                 f"generating {args.connectors * args.tasks:,} tasks, {args.members:,} members, "
                 f"{args.events:,} events"
