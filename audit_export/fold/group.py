@@ -104,6 +104,7 @@ class GroupFold:
         self.grace_ms = grace_ms
         self.out = Outputs()
         self._touched_connectors: set[str] = set()
+        self._lost_resources = {lost.resource for lost in state.lost_open}
         self._prune_at = 64
 
     # -- the event ------------------------------------------------------------------------
@@ -177,7 +178,7 @@ class GroupFold:
         for member_id, r in starts:
             self._start_run(r, member_id, here)
             restarted.add(r)
-        if restarted:
+        if restarted & self._lost_resources:
             self._restart_lost(restarted, e, here)
 
         # Losses, levels and rebalances.
@@ -284,7 +285,7 @@ class GroupFold:
         if was_live and not row.live:
             for rb in s.rebalances.values():
                 if row.member_id in rb.waiting_members:
-                    rb.waiting_members.remove(row.member_id)
+                    rb.waiting_members.discard(row.member_id)
                     rb.last_done_ms = _max(rb.last_done_ms, e.at_ms)
         s.live_count += int(row.live) - int(was_live)
         self._live_count_row(e)
@@ -413,12 +414,10 @@ class GroupFold:
         counts = s.connectors.setdefault(connector, ConnectorMoves())
         self._touched_connectors.add(connector)
         if is_task:
-            if r not in counts.tasks_run:
-                counts.tasks_run.append(r)
+            counts.tasks_run.add(r)
             if moved:
                 counts.task_moves += 1
-                if r not in counts.tasks_moved:
-                    counts.tasks_moved.append(r)
+                counts.tasks_moved.add(r)
         elif moved:
             counts.connector_moves += 1
 
@@ -492,6 +491,7 @@ class GroupFold:
         epoch = e.group_epoch + 1
         for r in dict.fromkeys(lost):
             self.s.lost_open.append(Lost(r, epoch, e.member_id, t, e.id, e.at_ms))
+            self._lost_resources.add(r)
             stats = self.s.lost_stats.setdefault(epoch, LostStats())
             stats.count += 1
             stats.waiting += 1
@@ -510,6 +510,7 @@ class GroupFold:
             stats.waiting -= 1
             stats.max_waited_ms = _max(stats.max_waited_ms, waited)
         s.lost_open = keep
+        self._lost_resources = {lost.resource for lost in keep}
 
     def _lost_row(
         self, lost: Lost, member: str | None, restart_id: int | None, restart_ms: int | None
@@ -580,7 +581,7 @@ class GroupFold:
                 }
             ),
         }
-        rb.waiting_members = sorted(m_id for m_id, m in s.members.items() if m.live)
+        rb.waiting_members = {m_id for m_id, m in s.members.items() if m.live}
         rb.members_to_converge = len(rb.waiting_members)
 
     def _delivered(self, e: Event) -> None:
@@ -594,7 +595,7 @@ class GroupFold:
             for epoch in range(m.floor + 1, level + 1):
                 rb = s.rebalances.get(epoch)
                 if rb is not None and e.member_id in rb.waiting_members:
-                    rb.waiting_members.remove(e.member_id)
+                    rb.waiting_members.discard(e.member_id)
                     rb.last_done_ms = _max(rb.last_done_ms, e.at_ms)
         m.floor = level if m.floor is None else max(m.floor, level)
 

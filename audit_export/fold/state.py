@@ -67,7 +67,7 @@ class Rebalance:
     revoked: list[str] = field(default_factory=list)
     # Convergence: members live at install still to reach the target, how many had to, and
     # when the last one that did was done.
-    waiting_members: list[str] = field(default_factory=list)
+    waiting_members: set[str] = field(default_factory=set)
     members_to_converge: int = 0
     last_done_ms: int | None = None
 
@@ -102,9 +102,9 @@ class Overlap:
 
 @dataclass
 class ConnectorMoves:
-    tasks_run: list[str] = field(default_factory=list)
+    tasks_run: set[str] = field(default_factory=set)
     task_moves: int = 0
-    tasks_moved: list[str] = field(default_factory=list)
+    tasks_moved: set[str] = field(default_factory=set)
     connector_moves: int = 0
     target_task_moves: int = 0
 
@@ -136,7 +136,7 @@ class GroupState:
     connectors: dict[str, ConnectorMoves] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True, default=sorted)
 
     @staticmethod
     def from_json(text: str) -> GroupState:
@@ -169,7 +169,10 @@ class GroupState:
             live_count=d["live_count"],
             empty=d["empty"],
             empty_window=d["empty_window"],
-            rebalances={int(k): Rebalance(**v) for k, v in d["rebalances"].items()},
+            rebalances={
+                int(k): Rebalance(**{**v, "waiting_members": set(v["waiting_members"])})
+                for k, v in d["rebalances"].items()
+            },
             lost_open=[Lost(**x) for x in d["lost_open"]],
             lost_stats={int(k): LostStats(**v) for k, v in d["lost_stats"].items()},
             overlaps=[
@@ -183,7 +186,16 @@ class GroupState:
                 for o in d["overlaps"]
             ],
             last_owner=d["last_owner"],
-            connectors={k: ConnectorMoves(**v) for k, v in d["connectors"].items()},
+            connectors={
+                k: ConnectorMoves(
+                    tasks_run=set(v["tasks_run"]),
+                    task_moves=v["task_moves"],
+                    tasks_moved=set(v["tasks_moved"]),
+                    connector_moves=v["connector_moves"],
+                    target_task_moves=v["target_task_moves"],
+                )
+                for k, v in d["connectors"].items()
+            },
         )
 
 

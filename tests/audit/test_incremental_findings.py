@@ -18,9 +18,6 @@ and an older date re-run (which must repeat its first run exactly). Then:
 
 from __future__ import annotations
 
-import itertools
-import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +31,11 @@ from audit_export import ExportOptions, incremental, run_export
 from audit_export import events as ev
 from audit_export import findings as fnd
 from audit_export import snapshot as snap
-from audit_export.fold import Event, GroupState, Outputs, fold_group
+from audit_export.fold import Event
 from audit_export.fs import OutputFS, join
 from tests.audit import tables as T
 from tests.audit.driver import Driver
+from tests.audit.fold_runs import check_every_split
 from tests.support.client import put_connector
 from tests.support.coordinator import InProcessCoordinator
 from tests.support.pgcluster import libpq_url
@@ -255,45 +253,4 @@ def test_incremental_runs_equal_one_run_over_the_whole_history(
         .collect()
     ]
     assert len(events) > 60
-    _check_every_split(events, config.as_of_ms)
-
-
-def _fold(events: list[Event], cuts: list[int], as_of_ms: int) -> dict[str, list[str]]:
-    """Fold `events` in runs cut before each index of `cuts`, carrying each group's state through
-    JSON, and merge the runs' rows as `incremental.current` does."""
-    bounds = [0, *cuts, len(events)]
-    states: dict[str, str] = {}
-    runs: list[Outputs] = []
-    for lo, hi in itertools.pairwise(bounds):
-        part = events[lo:hi]
-        run = Outputs()
-        for group in sorted({*states, *(e.group_id for e in part)}):
-            state = GroupState.from_json(states[group]) if group in states else GroupState(group)
-            mine = [e for e in part if e.group_id == group]
-            got, new_state = fold_group(state, mine, as_of_ms=as_of_ms, grace_ms=GRACE_MS)
-            for name in TABLES:
-                getattr(run, name).extend(getattr(got, name))
-            states[group] = new_state.to_json()
-        runs.append(run)
-    merged: dict[str, list[str]] = {}
-    for name in TABLES:
-        keys = incremental.KEYS[name]
-        latest: dict[str, dict[str, Any]] = {}
-        for i, run in enumerate(runs):
-            for row in getattr(run, name):
-                if row["open"] and i < len(runs) - 1:
-                    continue  # only the last run's open rows hold
-                latest[json.dumps([row[k] for k in keys])] = row  # a later run's row wins
-        merged[name] = sorted(json.dumps(r, sort_keys=True) for r in latest.values())
-    return merged
-
-
-def _check_every_split(events: list[Event], as_of_ms: int) -> None:
-    whole = _fold(events, [], as_of_ms)
-    assert whole["rebalances"] and whole["ownership"]
-    for cut in range(1, len(events)):
-        assert _fold(events, [cut], as_of_ms) == whole, f"split before event {events[cut].id}"
-    rng = random.Random(15)
-    for _ in range(40):
-        cuts = sorted(rng.sample(range(1, len(events)), rng.randint(2, 6)))
-        assert _fold(events, cuts, as_of_ms) == whole, f"split at {cuts}"
+    check_every_split(events, config.as_of_ms, GRACE_MS)
