@@ -121,17 +121,16 @@ def state_path(out: str, export_date: str) -> str:
     return join(out, STATE_DIR, f"export_date={export_date}")
 
 
-def previous_state_date(fs: OutputFS, out: str, export_date: str) -> str | None:
-    """The latest export date before `export_date` whose state is complete, if any."""
-    dates = [
-        name.removeprefix("export_date=")
-        for name in fs.list_names(join(out, STATE_DIR))
-        if name.startswith("export_date=")
-    ]
-    earlier = sorted(
-        d for d in dates if d < export_date and fs.exists(join(state_path(out, d), "_SUCCESS"))
-    )
-    return earlier[-1] if earlier else None
+def previous_state_date(fs: OutputFS, out: str, export_date: str, dates: list[str]) -> str | None:
+    """The export date this run continues from: the latest of `dates` (the committed runs'
+    dates) before `export_date`, if its state is complete; None if there is no earlier date, or
+    it carried no state (run without findings, or before incremental findings): the run must
+    then fold the whole history."""
+    earlier = sorted(d for d in dates if d < export_date)
+    if not earlier:
+        return None
+    previous = earlier[-1]
+    return previous if fs.exists(join(state_path(out, previous), "_SUCCESS")) else None
 
 
 def _rows(

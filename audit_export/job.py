@@ -293,7 +293,9 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
                 finding_tables = {name: hold(df) for name, df in found.tables().items()}
                 findings_mode = "whole history (recomputed in Spark)"
             else:
-                previous = incremental.previous_state_date(fs, out, export_date)
+                previous = incremental.previous_state_date(
+                    fs, out, export_date, [r.export_date for r in runs]
+                )
                 carried = (
                     spark.read.schema(incremental.schema("_state")).parquet(
                         incremental.state_path(out, previous)
