@@ -165,7 +165,9 @@ def build_parser(local: bool = True) -> argparse.ArgumentParser:
         spark.add_argument(
             "--master",
             default=_env("AUDIT_EXPORT_MASTER", "local[2]"),
-            help="Spark master (AUDIT_EXPORT_MASTER; default %(default)s)",
+            help="a local Spark master, local[N] (AUDIT_EXPORT_MASTER; default %(default)s); "
+            "for a cluster, hand audit_export/spark_submit.py to spark-submit, which ships this "
+            "package to the executors",
         )
         spark.add_argument(
             "--jdbc-jars",
@@ -244,7 +246,13 @@ def _exit_code(args: argparse.Namespace, result: ExportResult) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The console command: a local Spark session, one export, a short report on stdout."""
-    args = build_parser(local=True).parse_args(argv)
+    parser = build_parser(local=True)
+    args = parser.parse_args(argv)
+    if not args.master.startswith("local"):
+        parser.error(
+            f"--master {args.master}: this command runs a local session only; on a cluster, "
+            'run audit_export/spark_submit.py with spark-submit (README.md, "Audit export")'
+        )
     from .session import local_session
 
     started = time.monotonic()
