@@ -18,6 +18,9 @@ date only if it is not open (`current`).
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +40,8 @@ from .findings import (
 from .findings.violations import violation_rows
 from .fold import Event, GroupState, fold_group
 from .fs import OutputFS, join
+
+log = logging.getLogger(__name__)
 
 STATE_DIR = "_findings_state"
 
@@ -110,11 +115,14 @@ class FoldResult:
     tables: the findings tables this run writes (`open` column included).
     state: the state to carry (`STATE_DIR`).
     mode: "incremental" (from the previous date's state) or "whole history" (and why).
+    fold_s: seconds until the fold's tables were computed and cached (the rest of the findings'
+        time is writing them).
     """
 
     tables: dict[str, DataFrame]
     state: DataFrame
     mode: str
+    fold_s: float
 
 
 def state_path(out: str, export_date: str) -> str:
@@ -133,28 +141,28 @@ def previous_state_date(fs: OutputFS, out: str, export_date: str, dates: list[st
     return previous if fs.exists(join(state_path(out, previous), "_SUCCESS")) else None
 
 
-def _rows(
-    name: str, columns: list[str], rows: Iterable[dict[str, Any]]
-) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    for row in rows:
-        if name == "rebalances" and row["moves"] is not None:
-            row = {**row, "moves": [(m["resource"], m["from"], m["to"]) for m in row["moves"]]}
-        yield name, tuple(row.get(c) for c in columns)
+def _fold_groups(as_of_ms: int, grace_ms: int) -> Any:
+    """The function for `RDD.flatMap` over cogrouped (group, (states, events)), run on the
+    executors: one (table, row as JSON) per output row, and the group's new state."""
 
-
-def _fold_groups(as_of_ms: int, grace_ms: int, columns: dict[str, list[str]]) -> Any:
-    """The function for `RDD.flatMap` over cogrouped (group, (states, events)): it runs on the
-    executors, so it takes the column lists with it (parsing a schema needs the driver)."""
-
-    def run(item: tuple[str, tuple[Iterable[str], Iterable[Any]]]) -> Iterator[Any]:
-        group_id, (states, rows) = item
+    def run(item: tuple[str, tuple[Iterable[str], Iterable[Event]]]) -> Iterator[Any]:
+        group_id, (states, events) = item
         carried = list(states)
         state = GroupState.from_json(carried[0]) if carried else GroupState(group_id)
-        events = [Event.from_parsed(r.asDict()) for r in rows]
         outputs, new_state = fold_group(state, events, as_of_ms=as_of_ms, grace_ms=grace_ms)
         for name in OUTPUT_TABLES:
-            yield from _rows(name, columns[name], getattr(outputs, name))
-        yield "_state", (group_id, new_state.last_event_id, new_state.to_json())
+            for row in getattr(outputs, name):
+                yield name, json.dumps(row)
+        yield (
+            "_state",
+            json.dumps(
+                {
+                    "group_id": group_id,
+                    "last_event_id": new_state.last_event_id,
+                    "state": new_state.to_json(),
+                }
+            ),
+        )
 
     return run
 
@@ -177,6 +185,7 @@ def fold_findings(
             from nothing (a callable's result is not needed: pass a lazy DataFrame).
         hold: persists a DataFrame that several outputs read (the job's `hold`).
     """
+    started = time.monotonic()
     used = new_events.filter(F.col("event_type").isin(*ev.USED_EVENT_TYPES))
     mode = "incremental"
     if carried is None:
@@ -195,23 +204,27 @@ def fold_findings(
         assert all_events is not None
         used = all_events.filter(F.col("event_type").isin(*ev.USED_EVENT_TYPES))
         carried = None
-    table_columns = {name: [f.name for f in schema(name).fields] for name in OUTPUT_TABLES}
     parsed = ev.parsed(used)
-    by_group = parsed.rdd.map(lambda r: (r["group_id"], r))
+    # Events become named tuples before the shuffle to their group: Spark's Rows pickle slowly.
+    by_group = parsed.rdd.map(lambda r: (r["group_id"], Event.from_parsed(r.asDict())))
     states = (
         carried.rdd.map(lambda r: (r["group_id"], r["state"]))
         if carried is not None
         else spark.sparkContext.emptyRDD()
     )
-    folded = (
-        states.cogroup(by_group)
-        .flatMap(_fold_groups(config.as_of_ms, config.grace_ms, table_columns))
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
+    # The fold runs once; each table is then taken from its output in the JVM (a filter and a
+    # JSON parse), not by passes of Python over it.
+    folded = spark.createDataFrame(
+        states.cogroup(by_group).flatMap(_fold_groups(config.as_of_ms, config.grace_ms)),
+        "table STRING, row STRING",
+        verifySchema=False,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
 
     def table(name: str) -> DataFrame:
-        rows = folded.filter(lambda x: x[0] == name).map(lambda x: x[1])
-        return hold(spark.createDataFrame(rows, schema(name)))
+        parsed_rows = folded.filter(F.col("table") == name).select(
+            F.from_json("row", schema(name)).alias("r")
+        )
+        return hold(parsed_rows.select("r.*"))
 
     names = ("rebalances", "lost_resources", "connector_moves", "violations", "ownership")
     found = {name: table(name) for name in names}
@@ -220,6 +233,8 @@ def fold_findings(
     for df in (*found.values(), state, removed):
         df.count()  # materialise each table of the fold while the fold's output is cached
     folded.unpersist()
+    fold_s = time.monotonic() - started
+    log.info("findings: %s, folded in %.1f s", mode, fold_s)
 
     rebalances = found["rebalances"]
     columns = rebalances.columns
@@ -228,7 +243,7 @@ def fold_findings(
         *columns[:at], F.timestamp_millis("bumped_at_ms").alias("bumped_at"), *columns[at:]
     )
     found["violations"] = _with_snapshot_checks(found["violations"], removed, snapshot, config)
-    return FoldResult(found, state, mode)
+    return FoldResult(found, state, mode, fold_s)
 
 
 def _with_snapshot_checks(

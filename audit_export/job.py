@@ -309,6 +309,7 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
                 )
                 finding_tables = folded.tables
                 findings_mode = folded.mode
+                timings["findings_fold"] = folded.fold_s
                 folded.state.coalesce(small_files).write.mode("overwrite").parquet(
                     incremental.state_path(out, export_date)
                 )

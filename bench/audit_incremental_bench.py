@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, url: str, work: Path) -> dict[str, Any]:
         total = per_day
         for i in range(args.days):
             if i > 0:
-                rounds = max(1, per_day // per_round)
+                rounds = max(1, -(-per_day // per_round))
                 total += append_rounds(conn, rounds, args.event_spacing_ms)
             last = i == args.days - 1
             result = run_one_export(

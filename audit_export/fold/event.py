@@ -1,24 +1,22 @@
 """One coordinator event as the fold reads it: the columns of `events.parsed` that the findings
-use, as plain Python values (resource sets are lists of resource names)."""
+use, as plain Python values (resource sets are tuples of resource names). Named tuples: the
+export shuffles them to their group's task, and a tuple pickles small and fast."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import events as ev
 
 
-@dataclass(frozen=True)
-class Move:
+class Move(NamedTuple):
     resource: str
     source: str | None
     destination: str | None
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """Attributes mirror `events.parsed`: `id`, `at_ms`, `group_epoch`, `event_type`,
     `member_id` and the payload keys (`p_*` there) the findings read."""
 

@@ -11,7 +11,8 @@ not given by event ids:
 - Times (`at_ms`) are taken in event order: the coordinator's clock goes forward within a group
   (a group's events come from one lease holder at a time).
 - A rebalance that a later bump superseded, whose members all converged and whose lost resources
-  all restarted, is final: it leaves the state (the coordinator never refers to an old epoch).
+  all restarted, is final: nothing changes it any more (a late install or revocation request for
+  its epoch is ignored; the coordinator never sends one) and it leaves the state.
 
 Each row carries `open`: True if a later event, or only time, can still change it. A run writes
 every row it created or changed, and every open row again.
@@ -192,7 +193,7 @@ class GroupFold:
             self._installed(e)
         elif e.event_type == ev.REVOCATION_REQUESTED and e.target_epoch is not None:
             rb = s.rebalances.get(e.target_epoch)
-            if rb is not None:
+            if rb is not None and not self._rebalance_final(rb):
                 rb.revoked = sorted(set(rb.revoked) | set(e.revoke))
         elif e.event_type == ev.SCHEDULED_REBALANCE_SET and e.until_ms is not None:
             self._window(e.at_ms, e.until_ms, None)
@@ -562,7 +563,7 @@ class GroupFold:
         if e.assignment_epoch is None:
             return
         rb = s.rebalances.get(e.assignment_epoch)
-        if rb is None or rb.install is not None:
+        if rb is None or rb.install is not None or self._rebalance_final(rb):
             return
         moves: list[dict[str, Any]] = [
             {"resource": m.resource, "from": m.source, "to": m.destination} for m in e.moves or ()

@@ -10,7 +10,7 @@ with the members and resources the group has ever had, not with its events).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from typing import Any
 
 Span = tuple[int, int, int]
@@ -136,7 +136,7 @@ class GroupState:
     connectors: dict[str, ConnectorMoves] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True, default=sorted)
+        return json.dumps(self, separators=(",", ":"), sort_keys=True, default=_plain)
 
     @staticmethod
     def from_json(text: str) -> GroupState:
@@ -197,6 +197,16 @@ class GroupState:
                 for k, v in d["connectors"].items()
             },
         )
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what `json` does not know: a state object as its fields (no deep copy, unlike
+    `dataclasses.asdict`), a set as a sorted list."""
+    if isinstance(value, set):
+        return sorted(value)
+    if is_dataclass(value):
+        return vars(value)
+    raise TypeError(f"cannot write {type(value).__name__} into the state")
 
 
 def _span(value: list[int]) -> Span:

@@ -184,7 +184,7 @@ def histories(draw: st.DrawFn) -> list[Event]:
     return events
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(histories(), st.data())
 def test_folding_in_runs_equals_one_fold_wherever_the_cuts_fall(
     events: list[Event], data: st.DataObject
