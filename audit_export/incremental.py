@@ -143,7 +143,7 @@ def previous_state_date(fs: OutputFS, out: str, export_date: str, dates: list[st
 
 def _fold_groups(as_of_ms: int, grace_ms: int) -> Any:
     """The function for `RDD.flatMap` over cogrouped (group, (states, events)), run on the
-    executors: one (table, row as JSON) per output row, and the group's new state."""
+    executors: (table, row as JSON, None) per output row, and the group's new state."""
 
     def run(item: tuple[str, tuple[Iterable[str], Iterable[Event]]]) -> Iterator[Any]:
         group_id, (states, events) = item
@@ -152,16 +152,12 @@ def _fold_groups(as_of_ms: int, grace_ms: int) -> Any:
         outputs, new_state = fold_group(state, events, as_of_ms=as_of_ms, grace_ms=grace_ms)
         for name in OUTPUT_TABLES:
             for row in getattr(outputs, name):
-                yield name, json.dumps(row)
+                yield name, json.dumps(row), None
+        # The state apart from the row: megabytes of JSON are not parsed again, nor escaped.
         yield (
             "_state",
-            json.dumps(
-                {
-                    "group_id": group_id,
-                    "last_event_id": new_state.last_event_id,
-                    "state": new_state.to_json(),
-                }
-            ),
+            json.dumps({"group_id": group_id, "last_event_id": new_state.last_event_id}),
+            new_state.to_json(),
         )
 
     return run
@@ -216,15 +212,16 @@ def fold_findings(
     # JSON parse), not by passes of Python over it.
     folded = spark.createDataFrame(
         states.cogroup(by_group).flatMap(_fold_groups(config.as_of_ms, config.grace_ms)),
-        "table STRING, row STRING",
+        "table STRING, row STRING, state STRING",
         verifySchema=False,
     ).persist(StorageLevel.MEMORY_AND_DISK)
 
     def table(name: str) -> DataFrame:
-        parsed_rows = folded.filter(F.col("table") == name).select(
-            F.from_json("row", schema(name)).alias("r")
-        )
-        return hold(parsed_rows.select("r.*"))
+        rows = folded.filter(F.col("table") == name)
+        if name == "_state":
+            keys = F.from_json("row", "group_id STRING, last_event_id BIGINT").alias("r")
+            return hold(rows.select(keys, "state").select("r.*", "state"))
+        return hold(rows.select(F.from_json("row", schema(name)).alias("r")).select("r.*"))
 
     names = ("rebalances", "lost_resources", "connector_moves", "violations", "ownership")
     found = {name: table(name) for name in names}
@@ -232,6 +229,8 @@ def fold_findings(
     removed = table("removed_members")
     for df in (*found.values(), state, removed):
         df.count()  # materialise each table of the fold while the fold's output is cached
+    if state.filter(F.col("state").isNull() | F.col("group_id").isNull()).limit(1).count():
+        raise RuntimeError("the findings fold lost a group's state; nothing was written")
     folded.unpersist()
     fold_s = time.monotonic() - started
     log.info("findings: %s, folded in %.1f s", mode, fold_s)
