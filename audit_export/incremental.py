@@ -32,14 +32,14 @@ from pyspark.sql.types import StructType
 
 from . import events as ev
 from .findings import (
-    MEMBER_LISTED_AFTER_REMOVAL,
     UNASSIGNED_TOO_LONG,
     FindingsConfig,
     double_ownership_in_snapshot,
 )
-from .findings.violations import violation_rows
+from .findings.violations import removed_but_listed
 from .fold import Event, GroupState, fold_group
 from .fs import OutputFS, join
+from .snapshot import SCHEMA_FILE
 
 log = logging.getLogger(__name__)
 
@@ -263,40 +263,11 @@ def _with_snapshot_checks(
         .join(owned_now, ["group_id", "resource"], "left_anti")
         .select(*violations.columns)
     )
-    held = (
-        snapshot["current_assignment"]
-        .groupBy("group_id", "member_id")
-        .agg(F.array_join(F.array_sort(F.collect_set("resource")), ", ").alias("holds"))
-    )
-    listed = (
-        removed.filter(F.col("id") <= config.snapshot_after_event_id)
-        .join(
-            snapshot["members"].select("group_id", "member_id"),
-            ["group_id", "member_id"],
-            "left_semi",
-        )
-        .join(held, ["group_id", "member_id"], "left")
-    )
-    listed_rows = violation_rows(
-        listed,
-        MEMBER_LISTED_AFTER_REMOVAL,
-        "snapshot",
-        group_epoch=F.col("group_epoch"),
-        resource=F.col("holds"),
-        members=F.array("member_id"),
-        event_id=F.col("id"),
-        at_ms=F.col("at_ms"),
-        duration_ms=F.lit(None),
-        detail=F.format_string(
-            "member %s is still listed after %s (event %d at group epoch %d)%s",
-            F.col("member_id"),
-            F.col("event_type"),
-            F.col("id"),
-            F.col("group_epoch"),
-            F.when(
-                F.col("holds").isNotNull(), F.concat(F.lit(", holding "), F.col("holds"))
-            ).otherwise(F.lit("")),
-        ),
+    listed_rows = removed_but_listed(
+        removed,
+        snapshot["members"],
+        snapshot["current_assignment"],
+        config.snapshot_after_event_id,
     )
     snapshot_rows = double_ownership_in_snapshot(snapshot["current_assignment"]).unionByName(
         listed_rows
@@ -325,9 +296,13 @@ def current(per_date: DataFrame, name: str, latest_date: str) -> DataFrame:
 def read_current(spark: SparkSession, out: str, name: str, latest_date: str) -> DataFrame:
     """A findings table as of `latest_date`, from what the export dates up to it wrote (see
     `current`); `out` is the export's output path."""
+    path = join(out, "findings", name)
+    # The schema written beside the table: a table with no rows on any date has no Parquet file.
+    written = StructType.fromJson(json.loads(OutputFS(spark).read_text(join(path, SCHEMA_FILE))))
     per_date = (
-        spark.read.option("basePath", join(out, "findings", name))
-        .parquet(join(out, "findings", name))
+        spark.read.schema(written)
+        .option("basePath", path)
+        .parquet(path)
         .filter(F.col("export_date") <= latest_date)
     )
     return current(per_date, name, latest_date)

@@ -144,14 +144,29 @@ def listed_after_removal(
 ) -> DataFrame:
     w = Window.partitionBy("group_id", "member_id").orderBy(F.col("id").desc())
     last = t.membership.withColumn("n", F.row_number().over(w)).filter(
-        (F.col("n") == 1) & ~F.col("listed") & (F.col("id") <= after_id)
+        (F.col("n") == 1) & ~F.col("listed")
     )
+    return removed_but_listed(last, snapshot_members, snapshot_current, after_id)
+
+
+def removed_but_listed(
+    removed: DataFrame, snapshot_members: DataFrame, snapshot_current: DataFrame, after_id: int
+) -> DataFrame:
+    """MEMBER_LISTED_AFTER_REMOVAL rows: of `removed` (per member, the event that removed it:
+    group_id, member_id, id, at_ms, group_epoch, event_type), those up to `after_id` still in
+    the snapshot's members, with what they hold in its current assignment."""
     held = snapshot_current.groupBy("group_id", "member_id").agg(
         F.array_join(F.array_sort(F.collect_set("resource")), ", ").alias("holds")
     )
-    found = last.join(
-        snapshot_members.select("group_id", "member_id"), ["group_id", "member_id"], "left_semi"
-    ).join(held, ["group_id", "member_id"], "left")
+    found = (
+        removed.filter(F.col("id") <= after_id)
+        .join(
+            snapshot_members.select("group_id", "member_id"),
+            ["group_id", "member_id"],
+            "left_semi",
+        )
+        .join(held, ["group_id", "member_id"], "left")
+    )
     return violation_rows(
         found,
         MEMBER_LISTED_AFTER_REMOVAL,
