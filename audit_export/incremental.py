@@ -167,7 +167,7 @@ def fold_findings(
     spark: SparkSession,
     new_events: DataFrame,
     carried: DataFrame | None,
-    all_events: DataFrame | None,
+    all_events: Callable[[], DataFrame],
     config: FindingsConfig,
     snapshot: dict[str, DataFrame],
     hold: Callable[[DataFrame], DataFrame],
@@ -177,8 +177,8 @@ def fold_findings(
     Args:
         new_events: this export date's events (raw rows as exported).
         carried: the previous date's state (`STATE_DIR` rows), or None.
-        all_events: every exported event up to this date, read only when the fold must start
-            from nothing (a callable's result is not needed: pass a lazy DataFrame).
+        all_events: every exported event up to this date; called only when the fold must start
+            from nothing (listing the whole history's files is what a run should not do).
         hold: persists a DataFrame that several outputs read (the job's `hold`).
     """
     started = time.monotonic()
@@ -197,8 +197,7 @@ def fold_findings(
         if behind:
             mode = "whole history (a group's new events are not after its carried state)"
     if mode != "incremental":
-        assert all_events is not None
-        used = all_events.filter(F.col("event_type").isin(*ev.USED_EVENT_TYPES))
+        used = all_events().filter(F.col("event_type").isin(*ev.USED_EVENT_TYPES))
         carried = None
     parsed = ev.parsed(used)
     # Events become named tuples before the shuffle to their group: Spark's Rows pickle slowly.

@@ -287,9 +287,12 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
                 name: snapshot.read_exported(spark, fs, join(out, name), export_date)
                 for name in snapshot.SNAPSHOT_TABLES
             }
-            history = _all_events(spark, fs, out, up_to=export_date)
+
+            def history() -> DataFrame:
+                return _all_events(spark, fs, out, up_to=export_date)
+
             if options.findings_mode == "whole-history":
-                found = fnd.compute(history, exported, config, keep)
+                found = fnd.compute(history(), exported, config, keep)
                 finding_tables = {name: hold(df) for name, df in found.tables().items()}
                 findings_mode = "whole history (recomputed in Spark)"
             else:

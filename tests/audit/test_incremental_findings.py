@@ -228,7 +228,7 @@ def test_incremental_runs_equal_one_run_over_the_whole_history(
         held_frames.append(df.cache())
         return held_frames[-1]
 
-    whole = incremental.fold_findings(spark, history, None, history, config, exported, hold)
+    whole = incremental.fold_findings(spark, history, None, lambda: history, config, exported, hold)
     assert whole.mode.startswith("whole history")
     reference = fnd.compute(history, exported, config).tables()
     for name in TABLES:

@@ -9,10 +9,9 @@ retries, revocation times, the leave, and the gauges, read through `GET /metrics
 from __future__ import annotations
 
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from connect_protocol.errors import ErrorCode
 from connect_protocol.messages import HeartbeatRequest, HeartbeatResponse
+from tests.support.agents import wait_for
 from tests.worker_agent_membership.fake_coordinator import FakeCoordinator, Seen, answer, rs
 from worker_agent.assignors import assignors_for_protocol
 from worker_agent.listener import CallbackListener, ListenerFailed, RebalanceEvent
@@ -131,17 +131,6 @@ class Script:
             return answer(self.epoch, None, **timing)
 
 
-def wait_for(what: str, condition: Callable[[], Any], timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def script() -> Script:
     return Script()
@@ -212,7 +201,10 @@ def test_the_agent_counts_heartbeats_fencing_listener_calls_and_its_leave(
                 script.mode = "silent"
             wait_for(
                 "the self-fence",
-                lambda: value(scrape(), "worker_agent_self_fenced_total", reason="session_timeout"),
+                lambda: (
+                    value(scrape(), "worker_agent_self_fenced_total", reason="session_timeout")
+                    or None
+                ),
             )
             m = scrape()
             assert value(m, "worker_agent_heartbeat_failures_total", status="UNKNOWN") >= 1
