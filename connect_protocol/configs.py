@@ -5,6 +5,7 @@ agent's assignors read them from the PrepareAssignment answer."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping
 
@@ -63,8 +64,25 @@ def config_int(configs: Mapping[str, str], key: str, default: int) -> int:
 HIDDEN_VALUE = "[hidden]"
 
 
-def config_digest(config: Mapping[str, str]) -> str:
-    """ "sha256:<hex>" of a connector config as canonical JSON (keys sorted, no spaces, UTF-8):
-    equal digests mean equal configs, and no value can be read back from it."""
-    canonical = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+#: The prefix of a keyed digest (`config_digest` with a key) ...
+KEYED_DIGEST_PREFIX = "hmac-sha256:"
+#: ... and of an unkeyed one (before migration 0005; still in older events and exports).
+UNKEYED_DIGEST_PREFIX = "sha256:"
+
+
+def canonical_config(config: Mapping[str, str]) -> bytes:
+    """A connector config as canonical JSON (keys sorted, no spaces, UTF-8)."""
+    return json.dumps(
+        dict(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+def config_digest(config: Mapping[str, str], key: bytes | None = None) -> str:
+    """The digest of a connector config: with `key` (the database's digest key, migration 0005)
+    "hmac-sha256:<hex>", an HMAC of its canonical JSON, so that nobody without the key can
+    confirm a guessed value offline; without one "sha256:<hex>" (what digests were before).
+    Equal digests under one key mean equal configs, and no value can be read back from one."""
+    canonical = canonical_config(config)
+    if key is None:
+        return UNKEYED_DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()
+    return KEYED_DIGEST_PREFIX + hmac.new(key, canonical, hashlib.sha256).hexdigest()

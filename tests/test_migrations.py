@@ -27,6 +27,8 @@ TABLES = {
     "group_configs",
     "events",
     "acls",
+    "acl_audit",
+    "coordinator_secrets",
 }
 
 
@@ -100,3 +102,75 @@ def test_sqlite_upgrade_check_and_downgrade(tmp_path: Path) -> None:
     command.check(config)
     command.downgrade(config, "base")
     assert table_names(url) == {"alembic_version"}
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_an_in_place_acl_update_raises_the_acl_revision(
+    backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """Migration 0005's trigger: INSERT, UPDATE and DELETE of `acls` each raise
+    `acl_audit.revision`, so an edit made in place is noticed like an add (issue 23)."""
+    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'acl.db'}"
+    upgrade_to_head(url)
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+
+    def revision() -> int:
+        with engine.connect() as conn:
+            return int(conn.exec_driver_sql("SELECT revision FROM acl_audit WHERE id = 1").scalar())
+
+    try:
+        before = revision()
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO acls (principal, operation, resource_type, pattern_type, pattern, "
+                "permission, created_at) VALUES ('User:a', 'MEMBER', 'GROUP', 'LITERAL', 'g', "
+                "'ALLOW', CURRENT_TIMESTAMP)"
+            )
+        after_insert = revision()
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE acls SET principal = 'User:b'")
+        after_update = revision()
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM acls")
+        after_delete = revision()
+    finally:
+        engine.dispose()
+    assert before < after_insert < after_update < after_delete
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_migration_0005_keys_the_digests_of_existing_connectors(
+    backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """Existing connectors' digests become HMACs under a fresh per-database key."""
+    from connect_protocol.configs import config_digest
+
+    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'digest.db'}"
+    command.upgrade(alembic_config(url), "0004")
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO groups (group_id, group_type, group_epoch, created_at_ms, "
+                "excluded_assignors, last_assignment_error, last_assignment_error_message, holds) "
+                "VALUES ('g', 'connect', 1, 0, '[]', 0, '', '[]')"
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO connectors (group_id, name, task_count, config, config_digest) "
+                    "VALUES ('g', 'A', 1, :config, :digest)"
+                ),
+                {"config": '{"password": "hunter2"}', "digest": config_digest({"password": "x"})},
+            )
+        command.upgrade(alembic_config(url), "head")
+        with engine.connect() as conn:
+            key = conn.exec_driver_sql(
+                "SELECT value FROM coordinator_secrets WHERE name = 'config_digest_key'"
+            ).scalar()
+            digest = conn.exec_driver_sql("SELECT config_digest FROM connectors").scalar()
+    finally:
+        engine.dispose()
+    assert isinstance(key, bytes) and len(key) == 32
+    assert digest == config_digest({"password": "hunter2"}, key)
+    assert digest != config_digest({"password": "hunter2"})
+    assert str(digest).startswith("hmac-sha256:")

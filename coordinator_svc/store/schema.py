@@ -97,6 +97,9 @@ class Group(Base):
     session_floor_until_ms: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
     # The last fencing token granted in the group (DESIGN 3.18); never goes down.
     last_fencing_token: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    # The principal whose request created the group (NULL: created before migration 0005, counted
+    # only against --max-groups); --max-groups-per-principal counts by it.
+    created_by: Mapped[str | None] = mapped_column(sa.String(PRINCIPAL_LENGTH), index=True)
 
 
 class GroupLease(Base):
@@ -233,6 +236,38 @@ class AclRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
+class AclAudit(Base):
+    """The one row that says how far the ACL table has changed and how far that was audited.
+    `revision` is raised by a database trigger on every INSERT, UPDATE or DELETE of `acls`
+    (migration 0005), so an edit made in place is noticed as surely as an add; the coordinators
+    re-read the ACLs when it moved. `audited_revision` and `audited_entries` are the revision
+    and the entries the audit trail last accounted for: a change found beyond them was made
+    directly in the database and is recorded once as ACL_CHANGED."""
+
+    __tablename__ = "acl_audit"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
+    revision: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    audited_revision: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    audited_entries: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+
+
+class CoordinatorSecret(Base):
+    """Secrets of this database's coordinators, never exported (`audit_export` withholds the
+    table): `config_digest_key`, the HMAC key of connector config digests (migration 0005)."""
+
+    __tablename__ = "coordinator_secrets"
+
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    value: Mapped[bytes] = mapped_column(sa.LargeBinary)
+
+
+#: The one row of `acl_audit`.
+ACL_AUDIT_ROW_ID = 1
+#: The `coordinator_secrets` row that holds the config digest key.
+CONFIG_DIGEST_KEY = "config_digest_key"
+
+
 def _table(model: type[Base]) -> sa.Table:
     table = model.__table__
     assert isinstance(table, sa.Table)
@@ -248,6 +283,8 @@ target_assignment_members = _table(TargetAssignmentMemberRow)
 group_configs = _table(GroupConfigRow)
 events = _table(EventRow)
 acls = _table(AclRow)
+acl_audit = _table(AclAudit)
+coordinator_secrets = _table(CoordinatorSecret)
 
 STATE_TABLES = (
     groups,
