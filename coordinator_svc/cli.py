@@ -287,6 +287,20 @@ LIMIT_FLAGS = (
     ("--max-url-length", "MAX_URL_LENGTH", "max_url_length", "characters of a member's url"),
     ("--max-groups", "MAX_GROUPS", "max_groups", "groups in the database (all coordinators')"),
     (
+        "--max-groups-per-principal",
+        "MAX_GROUPS_PER_PRINCIPAL",
+        "max_groups_per_principal",
+        "groups one principal may create (0: only --max-groups applies; groups created "
+        "before this limit existed count only against --max-groups)",
+    ),
+    (
+        "--max-describe-groups",
+        "MAX_DESCRIBE_GROUPS",
+        "max_describe_groups",
+        "group ids one DescribeGroups may name (the ids after it are answered with an error "
+        "entry, unread)",
+    ),
+    (
         "--max-connectors-per-group",
         "MAX_CONNECTORS_PER_GROUP",
         "max_connectors_per_group",
@@ -323,6 +337,10 @@ LIMIT_FLAGS = (
         "bytes of an installed assignor state plus its per-member metadata",
     ),
 )
+
+
+#: Limits where 0 means "no limit of this kind".
+_MAY_BE_ZERO = frozenset({"--max-groups-per-principal"})
 
 
 def _add_limits(p: argparse.ArgumentParser) -> None:
@@ -364,8 +382,9 @@ def _limits_problem(args: argparse.Namespace) -> str | None:
         return f"--max-url-length must be between 1 and {MAX_URL_LENGTH}"
     for flag, _env_name, _field, _what in LIMIT_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
-        if value < 1:
-            return f"{flag} must be at least 1, not {value}"
+        lowest = 0 if flag in _MAY_BE_ZERO else 1
+        if value < lowest:
+            return f"{flag} must be at least {lowest}, not {value}"
     for flag in ("max_joins_per_s", "max_group_creations_per_s"):
         if getattr(args, flag) < 0:
             return f"--{flag.replace('_', '-')} must be >= 0 (0: unlimited)"

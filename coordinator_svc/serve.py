@@ -58,6 +58,8 @@ def serve(args: argparse.Namespace) -> int:
         max_id_length=args.max_id_length,
         max_url_length=args.max_url_length,
         max_groups=args.max_groups,
+        max_groups_per_principal=args.max_groups_per_principal,
+        max_describe_groups=args.max_describe_groups,
         max_connectors_per_group=args.max_connectors_per_group,
         max_tasks_per_group=args.max_tasks_per_group,
         max_config_bytes_per_connector=args.max_config_bytes_per_connector,

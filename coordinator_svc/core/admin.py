@@ -29,19 +29,26 @@ from .validation import validate_alter_configs, validate_delete_connector, valid
 from .wire_size import prepare_bytes
 
 
+def _who(caller: str, principal: str | None) -> dict[str, str]:
+    """Who made an admin change, for its event (DESIGN 3.17): the caller's principal ("" when
+    not known: a handler called without one) and network address (`caller`)."""
+    return {"principal": principal or "", "caller": caller}
+
+
 def put_connector(
     state: GroupState | None,
     req: PutConnectorRequest,
     now_ms: int,
     defaults: GroupConfigDefaults,
     validated: bool = False,
+    principal: str | None = None,
 ) -> Result[PutConnectorResponse]:
     try:
         if not validated:
             validate_put_connector(req)
     except CoordinatorError as error:
         return refused(PutConnectorResponse, error)
-    change = GroupChange(state, req.group_id, now_ms, defaults)
+    change = GroupChange(state, req.group_id, now_ms, defaults, creator=principal)
     existing = change.connector(req.connector)
     connector = Connector(req.connector, req.task_count, MappingProxyType(dict(req.config)))
     if existing is not None and existing == connector:
@@ -72,7 +79,7 @@ def put_connector(
         previous_task_count=None if existing is None else existing.task_count,
         config_changed=existing is None or dict(existing.config) != dict(req.config),
         config_digest=connector.digest(),
-        caller=req.caller,
+        **_who(req.caller, principal),
     )
     rebalance = existing is None or existing.task_count != req.task_count
     if rebalance:
@@ -131,6 +138,7 @@ def delete_connector(
     now_ms: int,
     defaults: GroupConfigDefaults,
     validated: bool = False,
+    principal: str | None = None,
 ) -> Result[DeleteConnectorResponse]:
     try:
         if not validated:
@@ -145,7 +153,9 @@ def delete_connector(
         return refused(DeleteConnectorResponse, error)
     change = GroupChange(state, req.group_id, now_ms, defaults)
     change.remove_connector(req.connector)
-    change.event(EventType.CONNECTOR_DELETED, connector=req.connector, caller=req.caller)
+    change.event(
+        EventType.CONNECTOR_DELETED, connector=req.connector, **_who(req.caller, principal)
+    )
     change.bump_epoch("connector deleted", connector=req.connector)
     return Result(
         change.records(), DeleteConnectorResponse(group_epoch=change.group_epoch), change.timers
@@ -158,8 +168,9 @@ def alter_configs(
     now_ms: int,
     defaults: GroupConfigDefaults,
     validated: bool = False,
+    principal: str | None = None,
 ) -> Result[AlterConfigsResponse]:
-    change = GroupChange(state, req.group_id, now_ms, defaults)
+    change = GroupChange(state, req.group_id, now_ms, defaults, creator=principal)
     try:
         if not validated:
             validate_alter_configs(req)
@@ -183,7 +194,10 @@ def alter_configs(
             change.set_meta(session_floor_ms=told, session_floor_until_ms=now_ms + told)
         change.set_configs(configs)
         change.event(
-            EventType.CONFIG_ALTERED, set=dict(req.set), unset=list(req.unset), caller=req.caller
+            EventType.CONFIG_ALTERED,
+            set=dict(req.set),
+            unset=list(req.unset),
+            **_who(req.caller, principal),
         )
     return Result(
         change.records(), AlterConfigsResponse(effective_configs=effective), change.timers

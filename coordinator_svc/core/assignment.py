@@ -55,9 +55,12 @@ def _assignor_member(
     member_id: str,
     member_epoch: int,
     principal: str | None,
+    may_describe: bool = True,
 ) -> tuple[GroupState, Member]:
     """Seed 000's checks 1-4, shared by Prepare and Install; and that the caller is the
-    principal the member is bound to (None: not checked, as in the core's own tests)."""
+    principal the member is bound to (None: not checked, as in the core's own tests). The
+    refusal of a non-assignor names the assignor member only to a caller that `may_describe`
+    the group."""
     if state is None:
         raise GroupIdNotFound(f"group {group_id!r} does not exist.")
     member = state.members.get(member_id)
@@ -74,9 +77,9 @@ def _assignor_member(
             f"{member.member_epoch}; retry with the epoch of your next heartbeat response."
         )
     if state.meta.assignor_member_id != member_id:
-        chosen = state.meta.assignor_member_id or "nobody"
+        chosen = f" ({state.meta.assignor_member_id or 'nobody'} is)" if may_describe else ""
         raise UnknownMemberId(
-            f"member {member_id!r} is not the group's assignor member ({chosen} is); "
+            f"member {member_id!r} is not the group's assignor member{chosen}; "
             "abandon the computation."
         )
     return state, member
@@ -112,6 +115,7 @@ def start_prepare(
     defaults: GroupConfigDefaults,
     validated: bool = False,
     principal: str | None = None,
+    may_describe: bool = True,
 ) -> Result[PrepareView | PrepareResponse]:
     """The part of a Prepare that needs the group: checks, the snapshot its install is
     validated against, and a `PrepareView` (O(members) pointer copies)."""
@@ -119,7 +123,7 @@ def start_prepare(
         if not validated:
             validate_prepare(req)
         state, _member = _assignor_member(
-            state, req.group_id, req.member_id, req.member_epoch, principal
+            state, req.group_id, req.member_id, req.member_epoch, principal, may_describe
         )
     except CoordinatorError as error:
         return refused(PrepareResponse, error)
@@ -256,6 +260,7 @@ def install_assignment(
     plan: InstallPlan | None = None,
     validated: bool = False,
     principal: str | None = None,
+    may_describe: bool = True,
 ) -> Result[InstallResponse]:
     """ConnectGroupInstallAssignment. With a `plan` (see `plan_install`) that still applies,
     the O(resources) validation and diff are taken from it."""
@@ -265,7 +270,7 @@ def install_assignment(
             if not validated:
                 validate_install(req)
         state, _member = _assignor_member(
-            state, req.group_id, req.member_id, req.member_epoch, principal
+            state, req.group_id, req.member_id, req.member_epoch, principal, may_describe
         )
         _check_assignor_state_size(req, defaults)
         change = GroupChange(state, req.group_id, now_ms, defaults)

@@ -49,7 +49,10 @@ class GroupChange:
         group_id: str,
         now_ms: int,
         defaults: GroupConfigDefaults,
+        creator: str | None = None,
     ) -> None:
+        """`creator`: the caller's principal, recorded as the group's creator if this change
+        creates it."""
         self.state = state
         self.group_id = group_id
         self.now_ms = now_ms
@@ -65,9 +68,14 @@ class GroupChange:
         self._events: list[EventRecord] = []
         self.timers: list[TimerOp] = []
         if state is None:
-            self._meta = GroupMeta(group_id=group_id, group_epoch=1, created_at_ms=now_ms)
+            self._meta = GroupMeta(
+                group_id=group_id, group_epoch=1, created_at_ms=now_ms, created_by=creator
+            )
             self._target = TargetAssignment(assignment_epoch=1)
-            self.event(EventType.GROUP_CREATED)
+            if creator is None:
+                self.event(EventType.GROUP_CREATED)
+            else:
+                self.event(EventType.GROUP_CREATED, principal=creator)
 
     # --- reads ---
 

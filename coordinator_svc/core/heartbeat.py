@@ -81,7 +81,7 @@ class _Heartbeat:
         self.now_ms = now_ms
         self.defaults = defaults
         self.state = state
-        self.change = GroupChange(state, req.group_id, now_ms, defaults)
+        self.change = GroupChange(state, req.group_id, now_ms, defaults, creator=principal)
 
     def response(
         self,

@@ -63,6 +63,10 @@ class GroupConfigDefaults:
     max_id_length: int = 249  # at most the database's column width
     max_url_length: int = 2_048
     max_groups: int = 100_000
+    #: Groups one principal may create (`groups.created_by`; 0: no limit beside max_groups).
+    max_groups_per_principal: int = 10_000
+    #: Group ids one DescribeGroups may name; the ids after it get error entries unread.
+    max_describe_groups: int = 1_000
     max_connectors_per_group: int = 10_000
     max_tasks_per_group: int = 200_000
     max_config_bytes_per_connector: int = 1024 * 1024
@@ -232,6 +236,8 @@ class GroupMeta:
         last_fencing_token: the last fencing token granted in the group (DESIGN 3.18): every
             grant takes the next one, so a resource's tokens only ever increase. Groups are
             never deleted, so neither is this counter.
+        created_by: the principal whose request created the group (None: before that was
+            recorded); --max-groups-per-principal counts by it.
     """
 
     group_id: str
@@ -248,6 +254,7 @@ class GroupMeta:
     session_floor_ms: int = 0
     session_floor_until_ms: int = 0
     last_fencing_token: int = 0
+    created_by: str | None = None
 
     def session_floor(self, now_ms: int) -> int:
         """The session timeout some member may still believe in, if above the configured one."""

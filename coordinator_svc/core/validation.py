@@ -33,6 +33,9 @@ MAX_TASKS_PER_CONNECTOR = 100_000
 MAX_URL_LENGTH = 2_048
 MAX_ERROR_MESSAGE_LENGTH = 4_096
 MAX_PRINCIPAL_LENGTH = 1_024
+#: Assignors one member may list (the agent lists two; each is kept per member and compared
+#: across the group).
+MAX_CLIENT_ASSIGNORS = 64
 
 
 def _require(condition: bool, rule: str) -> None:
@@ -108,6 +111,10 @@ def validate_heartbeat(req: HeartbeatRequest) -> None:
     _require(
         req.server_assignor is None or req.client_assignors is None,
         "ServerAssignor and ClientAssignors cannot be used together.",
+    )
+    _require(
+        len(req.client_assignors or ()) <= MAX_CLIENT_ASSIGNORS,
+        f"ClientAssignors may list at most {MAX_CLIENT_ASSIGNORS} assignors.",
     )
     for a in req.client_assignors or ():
         _require(a.name != "", "Assignor.Name must be non-empty.")
@@ -192,6 +199,10 @@ def _check_config_keys(keys: Iterable[str]) -> None:
 
 def validate_alter_configs(req: AlterConfigsRequest) -> None:
     _check_name(req.group_id, "GroupId")
+    _require(
+        len(req.unset) <= len(CONFIG_KEYS) and len(set(req.unset)) == len(req.unset),
+        f"unset names each group configuration at most once ({len(CONFIG_KEYS)} exist).",
+    )
     _check_config_keys(req.set.keys())
     _check_config_keys(req.unset)
     _require(not set(req.set) & set(req.unset), "a configuration cannot be both set and unset.")

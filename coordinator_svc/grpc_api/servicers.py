@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
@@ -60,6 +60,16 @@ from . import convert
 from .context import CallIdentity, Context
 
 log = logging.getLogger("coordinator.grpc")
+
+#: What a DescribeGroups answer keeps free of descriptions under --max-message-bytes (the
+#: response's own framing), and what each entry adds beside its own size (tag and length).
+DESCRIBE_ANSWER_RESERVE_BYTES = 1_024
+ENTRY_OVERHEAD_BYTES = 6
+
+
+def _describe_error(group_id: str, code: ErrorCode, message: str) -> admin_pb2.DescribedGroup:
+    return convert.error_answer(admin_pb2.DescribedGroup, code, message, group_id=group_id)
+
 
 T = TypeVar("T")
 Q = TypeVar("Q", bound=Request)
@@ -147,6 +157,12 @@ class _Base:
         else:
             self.manager.metrics.authorization_denials.labels(rpc, operation.value).inc()
 
+    def _may_create_group(self, principal: str) -> None:
+        """Raise unless `principal` may create one more group: its creation rate, then the
+        groups it created (--max-groups-per-principal; --max-groups is checked after)."""
+        self.quotas.creations.take(principal)
+        self.manager.check_groups_created_by(principal)
+
     def _run(self, rpc: str, call: Callable[[], T], on_error: Callable[[ErrorCode, str], T]) -> T:
         """`call()`, or the answer `on_error` makes of what it raised (counted per RPC and
         code): the one place an exception becomes an error answer."""
@@ -168,13 +184,16 @@ class _Base:
         failure: Callable[[ErrorCode, str], R],
         operation: Operation,
         plan: Callable[[GroupState | None, Q, bool], Any] | None = None,
+        tells_assignor: bool = False,
     ) -> R:
         """Decode, validate (the core's `validate_request`, once, before any ownership step, so
         bad input touches nothing; the handler is told it ran), authorize `operation` on the
         group, plan what can be worked out before the group's lock (`plan`, given to the
-        handler as its `plan` argument), run the core handler on the group's owner (MEMBER
-        handlers are given the principal, which member ids are bound to), count errors, encode
-        (after the lock is released)."""
+        handler as its `plan` argument), run the core handler on the group's owner (given the
+        principal: member ids are bound to it, admin changes record it, and a group created by
+        the request is counted against it), count errors, encode (after the lock is released).
+        A handler that `tells_assignor` (Prepare, Install) is told whether the caller may
+        DESCRIBE the group, which decides whether a refusal names the assignor member."""
 
         def call() -> R:
             req = decode(request)
@@ -183,18 +202,25 @@ class _Base:
             group_id = req.group_id
             principal = self._principal(context)
             self._authorize(rpc, principal, operation, group_id)
-            run = functools.partial(handle, req=req, defaults=self.defaults, validated=True)
-            if operation is Operation.MEMBER:
-                run = functools.partial(run, principal=principal)
-                if isinstance(req, HeartbeatRequest) and req.member_epoch == JOIN_EPOCH:
-                    self.quotas.joins.take(principal)
+            run = functools.partial(
+                handle, req=req, defaults=self.defaults, validated=True, principal=principal
+            )
+            if tells_assignor:
+                may_describe = self._allowed(principal, Operation.DESCRIBE, group_id)
+                run = functools.partial(run, may_describe=may_describe)
+            if (
+                operation is Operation.MEMBER
+                and isinstance(req, HeartbeatRequest)
+                and req.member_epoch == JOIN_EPOCH
+            ):
+                self.quotas.joins.take(principal)
             if plan is not None:
                 run = functools.partial(run, plan=plan(self.manager.peek(group_id), req, True))
             resp = self.manager.execute(
                 group_id,
                 lambda state, now: run(state, now_ms=now),
                 cancelled=lambda: not context.is_active(),
-                on_create=functools.partial(self.quotas.creations.take, principal),
+                on_create=functools.partial(self._may_create_group, principal),
             )
             if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
                 self.manager.metrics.errors.labels(rpc, ErrorCode(resp.error_code).name).inc()
@@ -286,6 +312,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
                 convert.error_answer, coordinator_pb2.ConnectGroupPrepareAssignmentResponse
             ),
             Operation.MEMBER,
+            tells_assignor=True,
         )
 
     def ConnectGroupInstallAssignment(
@@ -303,6 +330,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             ),
             Operation.MEMBER,
             plan=plan_install,
+            tells_assignor=True,
         )
 
 
@@ -371,12 +399,114 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
     def DescribeGroups(
         self, request: admin_pb2.DescribeGroupsRequest, context: Context
     ) -> admin_pb2.DescribeGroupsResponse:
+        """One entry per requested id, in order, at a cost bounded by the limits rather than by
+        the request: an id named again, an id past --max-describe-groups, and every group after
+        the answer's running size reached --max-message-bytes get an error entry without being
+        read; groups that do not exist are found by one read (no lease taken for them); the
+        rest are described one by one on this thread."""
         out = admin_pb2.DescribeGroupsResponse()
-        for group_id in request.group_ids:
+        config_values = request.include_config_values
+        try:
+            principal = self._principal(context)
+        except CoordinatorError as error:
+            for group_id in request.group_ids:
+                out.groups.append(_describe_error(group_id, error.code, error.message))
+            return out
+        entries = self._screen_describe(request.group_ids, principal, config_values)
+        wanted = [group_id for group_id, entry in entries if entry is None]
+        unavailable: CoordinatorError | None = None
+        existing: set[str] = set()
+        try:
+            existing = self.manager.existing_groups(wanted) if wanted else set()
+        except CoordinatorError as error:
+            unavailable = error
+        budget = self.defaults.max_message_bytes - DESCRIBE_ANSWER_RESERVE_BYTES
+        size = 0
+        full = False
+        for group_id, screened in entries:
             if not context.is_active():
                 break  # the caller gave up: describe no more
-            out.groups.append(self._describe(group_id, context, request.include_config_values))
+            entry = screened
+            if entry is None:
+                if full:
+                    entry = _describe_error(group_id, *self._answer_full)
+                elif unavailable is not None:
+                    entry = _describe_error(group_id, unavailable.code, unavailable.message)
+                elif group_id not in existing:
+                    entry = _describe_error(
+                        group_id,
+                        ErrorCode.GROUP_ID_NOT_FOUND,
+                        f"group {group_id!r} does not exist.",
+                    )
+                else:
+                    entry = self._describe(group_id, context, config_values)
+                    if size + entry.ByteSize() + ENTRY_OVERHEAD_BYTES > budget:
+                        full = True
+                        entry = _describe_error(group_id, *self._answer_full)
+            size += entry.ByteSize() + ENTRY_OVERHEAD_BYTES
+            out.groups.append(entry)
         return out
+
+    @property
+    def _answer_full(self) -> tuple[ErrorCode, str]:
+        return ErrorCode.POLICY_VIOLATION, (
+            f"the answer reached --max-message-bytes ({self.defaults.max_message_bytes:,}) "
+            "before this group; describe it in another call."
+        )
+
+    def _screen_describe(
+        self, group_ids: Sequence[str], principal: str, config_values: bool
+    ) -> list[tuple[str, admin_pb2.DescribedGroup | None]]:
+        """Each requested id with its error entry, or None for a group to describe: O(1) per
+        id and nothing read (a repeat, an id past the limit, a bad id, a denied caller)."""
+        limit = self.defaults.max_describe_groups
+        seen: set[str] = set()
+        screened: list[tuple[str, admin_pb2.DescribedGroup | None]] = []
+        for index, group_id in enumerate(group_ids):
+            if index >= limit:
+                screened.append(
+                    (
+                        group_id,
+                        _describe_error(
+                            group_id,
+                            ErrorCode.POLICY_VIOLATION,
+                            f"past the {limit:,} groups one call may name (--max-describe-groups)",
+                        ),
+                    )
+                )
+                continue
+            if group_id in seen:
+                screened.append(
+                    (
+                        group_id,
+                        _describe_error(
+                            group_id, ErrorCode.INVALID_REQUEST, "named before in this call"
+                        ),
+                    )
+                )
+                continue
+            seen.add(group_id)
+
+            def screen(group_id: str = group_id) -> admin_pb2.DescribedGroup | None:
+                validate_group_id(group_id)
+                self._authorize("DescribeGroups", principal, Operation.DESCRIBE, group_id)
+                if config_values:
+                    self._may_see_config_values(principal, group_id)
+                return None
+
+            screened.append(
+                (
+                    group_id,
+                    self._run(
+                        "DescribeGroups",
+                        screen,
+                        functools.partial(
+                            convert.error_answer, admin_pb2.DescribedGroup, group_id=group_id
+                        ),
+                    ),
+                )
+            )
+        return screened
 
     def _may_see_config_values(self, principal: str, group_id: str) -> None:
         """GROUP_AUTHORIZATION_FAILED unless the caller may see connector config values: the
@@ -393,15 +523,15 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
     def _describe(
         self, group_id: str, context: Context, config_values: bool = False
     ) -> admin_pb2.DescribedGroup:
+        """A group that exists, validated and authorized (`_screen_describe`), described by its
+        owner (this process, taking its lease if it is free)."""
+
         def describe(
             state: GroupState | None, now: int
         ) -> Result[Callable[[], admin_pb2.DescribedGroup]]:
             if state is None:
-                missing = convert.error_answer(
-                    admin_pb2.DescribedGroup,
-                    ErrorCode.GROUP_ID_NOT_FOUND,
-                    f"group {group_id!r} does not exist.",
-                    group_id=group_id,
+                missing = _describe_error(
+                    group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist."
                 )
                 return Result([], lambda: missing)
             selection = current_selection(state)
@@ -419,11 +549,6 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             )
 
         def call() -> admin_pb2.DescribedGroup:
-            validate_group_id(group_id)
-            principal = self._principal(context)
-            self._authorize("DescribeGroups", principal, Operation.DESCRIBE, group_id)
-            if config_values:
-                self._may_see_config_values(principal, group_id)
             answer = self.manager.execute(
                 group_id, describe, cancelled=lambda: not context.is_active()
             )

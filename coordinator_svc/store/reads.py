@@ -4,6 +4,7 @@ groups (ids, ListGroups' summaries, the groups a process adopts) and the audit t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,11 @@ class ReadStatements:
         return ReadStatements(needing_owner=needing_owner, summaries=summaries)
 
 
+#: Ids one statement of `existing_group_ids` asks about (bound parameters per statement; one
+#: statement for every DescribeGroups within the default --max-describe-groups).
+EXISTS_BATCH = 10_000
+
+
 class Reads:
     """The read-only queries of one store; `SqlStore` documents each."""
 
@@ -122,6 +128,30 @@ class Reads:
             return int(
                 conn.execute(sa.select(sa.func.count()).select_from(schema.groups)).scalar_one()
             )
+
+        return self._db.retrying(False, read)
+
+    def count_groups_created_by(self, principal: str) -> int:
+        g = schema.groups.c
+        stmt = (
+            sa.select(sa.func.count()).select_from(schema.groups).where(g.created_by == principal)
+        )
+
+        def read(conn: Connection) -> int:
+            return int(conn.execute(stmt).scalar_one())
+
+        return self._db.retrying(False, read)
+
+    def existing_group_ids(self, group_ids: Sequence[str]) -> set[str]:
+        g = schema.groups.c
+
+        def read(conn: Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(group_ids), EXISTS_BATCH):
+                batch = list(group_ids[start : start + EXISTS_BATCH])
+                stmt = sa.select(g.group_id).where(g.group_id.in_(batch))
+                found.update(str(group_id) for group_id in conn.execute(stmt).scalars())
+            return found
 
         return self._db.retrying(False, read)
 

@@ -151,6 +151,7 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
         "session_floor_ms": meta.session_floor_ms,
         "session_floor_until_ms": meta.session_floor_until_ms,
         "last_fencing_token": meta.last_fencing_token,
+        "created_by": meta.created_by,
     }
 
 
@@ -185,6 +186,7 @@ def meta_from_row(row: Row) -> GroupMeta:
         session_floor_ms=int(row["session_floor_ms"]),
         session_floor_until_ms=int(row["session_floor_until_ms"]),
         last_fencing_token=int(row["last_fencing_token"]),
+        created_by=row["created_by"],
     )
 
 

@@ -393,3 +393,30 @@ def test_an_invalid_alter_configs_does_not_create_the_group() -> None:
     req = AlterConfigsRequest(GROUP, {"session.timeout.ms": "0"})
     assert_rejected(h, lambda s: alter_configs(s, req, 0, DEFAULTS), ">= 1")
     assert h.state is None
+
+
+def test_alter_configs_refuses_an_unset_list_longer_than_the_known_keys() -> None:
+    """Issue 23: a request list is bounded before it is looped over: `unset` names each key
+    at most once."""
+    from connect_protocol.configs import CONFIG_KEYS
+    from connect_protocol.errors import InvalidRequest
+    from connect_protocol.messages import AlterConfigsRequest
+    from coordinator_svc.core.validation import validate_alter_configs
+
+    with pytest.raises(InvalidRequest, match="at most once"):
+        validate_alter_configs(AlterConfigsRequest("g", {}, (CONFIG_KEYS[0],) * 100_000))
+    with pytest.raises(InvalidRequest, match="at most once"):
+        validate_alter_configs(AlterConfigsRequest("g", {}, (CONFIG_KEYS[0], CONFIG_KEYS[0])))
+    validate_alter_configs(AlterConfigsRequest("g", {}, tuple(CONFIG_KEYS)))
+
+
+def test_heartbeat_refuses_more_client_assignors_than_the_limit() -> None:
+    from connect_protocol.errors import InvalidRequest
+    from connect_protocol.messages import Assignor, HeartbeatRequest
+    from coordinator_svc.core.validation import MAX_CLIENT_ASSIGNORS, validate_heartbeat
+
+    many = tuple(Assignor(f"a{i}", 0, 0) for i in range(MAX_CLIENT_ASSIGNORS + 1))
+    with pytest.raises(InvalidRequest, match="at most"):
+        validate_heartbeat(
+            HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=1000, client_assignors=many)
+        )
