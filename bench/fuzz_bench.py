@@ -169,6 +169,127 @@ def client_thread(
         client.close()
 
 
+#: The read-amplification cases (issue 23): DescribeGroups naming one ~250 KB group 10,000
+#: times (the finding: 1,000 repeats took the coordinator from 89 to 1,101 MiB), naming 1,000
+#: unknown groups (at --max-describe-groups: once a lease row each) and 10,000 (past it).
+AMPLIFICATION_CASES = (
+    ("one 250 KB group x 10,000", "big", 10_000),
+    ("unknown ids x 1,000", "unknown", 1_000),
+    ("unknown ids x 10,000", "unknown", 10_000),
+)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def amplification_phase(
+    args: argparse.Namespace, address: str, pid: int, healthy: hostile.HealthyGroup
+) -> dict[str, Any]:
+    """The healthy group's heartbeat p99 over a quiet window, then over a window in which
+    --amplification-threads clients send the read-amplification cases back to back; each
+    answer judged by the fuzz judge (INTERNAL/UNKNOWN must be zero) and checked to hold one
+    entry per id; and the coordinator's peak RSS before and after."""
+    from connect.group.v1 import admin_pb2
+
+    from tests.support.coordinator import Stubs
+
+    stubs = Stubs(address, max_message_bytes=args.max_message_bytes)
+    big = "amplify-big"
+    keys = 2_600  # ~100 bytes a key: a description of ~260 KB (values are hidden, keys shown)
+    put = stubs.admin.PutConnector(
+        admin_pb2.PutConnectorRequest(
+            group_id=big,
+            connector="wide",
+            task_count=1,
+            config={f"setting.{i:06d}.{'k' * 80}": "v" for i in range(keys)},
+        ),
+        timeout=60,
+    )
+    assert put.error_code == 0, put.error_message
+    size = (
+        stubs.admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=[big]), timeout=60)
+        .groups[0]
+        .ByteSize()
+    )
+    log(f"read amplification: a quiet window of {args.amplification_s:g} s first")
+    first = len(healthy.latencies_s)
+    time.sleep(args.amplification_s)
+    quiet = healthy.latencies_s[first:]
+    rss_before = peak_rss_mib(pid)
+    outcomes: Counter[tuple[str, str]] = Counter()
+    wrong_entries: list[str] = []
+    stop = time.monotonic() + args.amplification_s
+    lock = threading.Lock()
+
+    def hammer(index: int) -> None:
+        client = hostile.RawClient(address, timeout_s=args.timeout_s)
+        n = index
+        try:
+            while time.monotonic() < stop:
+                name, kind, count = AMPLIFICATION_CASES[n % len(AMPLIFICATION_CASES)]
+                n += 1
+                ids = [big] * count if kind == "big" else [f"nx-{n}-{i}" for i in range(count)]
+                body = admin_pb2.DescribeGroupsRequest(group_ids=ids).SerializeToString()
+                status, details, answer = client.send("DescribeGroups", body)
+                verdict = hostile.judge(
+                    "DescribeGroups", body, status, details, answer, args.max_message_bytes
+                )
+                label = status.name
+                if answer is not None and status == grpc.StatusCode.OK:
+                    decoded = admin_pb2.DescribeGroupsResponse.FromString(answer)
+                    if [g.group_id for g in decoded.groups] != ids:
+                        with lock:
+                            wrong_entries.append(f"{name}: {len(decoded.groups)} entries")
+                    codes = Counter(g.error_code for g in decoded.groups)
+                    label = "OK " + ", ".join(f"{c}x{k}" for c, k in sorted(codes.items()))
+                if verdict.problems:
+                    label += " (outside the contract: " + "; ".join(verdict.problems) + ")"
+                with lock:
+                    outcomes[(name, label)] += 1
+        finally:
+            client.close()
+
+    first = len(healthy.latencies_s)
+    threads = [
+        threading.Thread(target=hammer, args=(i,), name=f"amplify-{i}", daemon=True)
+        for i in range(args.amplification_threads)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    during = healthy.latencies_s[first:]
+    rss_after = peak_rss_mib(pid)
+    stubs.close()
+    internal = sum(
+        n for (_name, label), n in outcomes.items() if label.startswith(("INTERNAL", "UNKNOWN"))
+    )
+    return {
+        "big_group_description_bytes": size,
+        "outcomes": {f"{name}: {label}": n for (name, label), n in sorted(outcomes.items())},
+        "internal": internal,
+        "wrong_entries": wrong_entries,
+        "outside_contract": sum(n for (_n, label), n in outcomes.items() if "outside" in label),
+        "healthy_quiet": {
+            "calls": len(quiet),
+            "p50_ms": round(percentile_ms(quiet, 0.50), 2),
+            "p99_ms": round(percentile_ms(quiet, 0.99), 2),
+        },
+        "healthy_during": {
+            "calls": len(during),
+            "p50_ms": round(percentile_ms(during, 0.50), 2),
+            "p99_ms": round(percentile_ms(during, 0.99), 2),
+        },
+        "peak_rss_mib_before": round(rss_before, 1),
+        "peak_rss_mib_after": round(rss_after, 1),
+    }
+
+
 def run(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
     state_dir = Path(args.state_dir) if args.state_dir else None
 
@@ -218,6 +339,8 @@ def run(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
     healthy = hostile.HealthyGroup(coordinator.address, members=args.healthy_members).start()
     stack.callback(healthy.stop)
     log(f"healthy group {healthy.group_id!r}: {args.healthy_members} members, stable")
+
+    amplification = amplification_phase(args, coordinator.address, coordinator.proc.pid, healthy)
 
     world = hostile.World(healthy_group=healthy.group_id)
     tally = Tally()
@@ -290,6 +413,7 @@ def run(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
         "tracebacks": tracebacks,
         "error_lines": error_lines,
         "invariants": invariants,
+        "amplification": amplification,
         "healthy": {
             "heartbeats_and_calls": heartbeats,
             "p50_ms": round(healthy.latency_ms(0.50), 2),
@@ -327,7 +451,11 @@ def print_report(args: argparse.Namespace, r: dict[str, Any]) -> int:
     in_band = r["fatal"] - internal
     h = r["healthy"]
     healthy_bad = len(h["errors"]) + len(h["unavailable"])
+    amp = r["amplification"]
     checks = [
+        ("read amplification: INTERNAL/UNKNOWN statuses", amp["internal"]),
+        ("read amplification: answers outside the contract", amp["outside_contract"]),
+        ("read amplification: answers without one entry per id", len(amp["wrong_entries"])),
         ("gRPC INTERNAL/UNKNOWN statuses", internal),
         ("in-band UNKNOWN_SERVER_ERROR answers", in_band),
         ("other answers outside the contract", r["violations"]),
@@ -336,6 +464,24 @@ def print_report(args: argparse.Namespace, r: dict[str, Any]) -> int:
         ("healthy group: error answers", len(h["errors"])),
         ("healthy group: failed calls (unavailable)", len(h["unavailable"])),
     ]
+    print()
+    print(
+        f"Read amplification (DescribeGroups, {args.amplification_threads} clients for "
+        f"{args.amplification_s:g} s; the group described is {amp['big_group_description_bytes']:,}"
+        " bytes; codes: 0 described, 42 named before, 44 past a limit, 69 not found):"
+    )
+    for case, n in amp["outcomes"].items():
+        print(f"  {n:>6,}  {case}")
+    q, d = amp["healthy_quiet"], amp["healthy_during"]
+    print(
+        f"  healthy group's heartbeat p99: {q['p99_ms']:.2f} ms without ({q['calls']:,} calls), "
+        f"{d['p99_ms']:.2f} ms during ({d['calls']:,} calls); p50 {q['p50_ms']:.2f} -> "
+        f"{d['p50_ms']:.2f} ms"
+    )
+    print(
+        f"  coordinator's peak RSS: {amp['peak_rss_mib_before']:,.0f} MiB before, "
+        f"{amp['peak_rss_mib_after']:,.0f} MiB after"
+    )
     print()
     print("Must be zero:")
     for name, value in checks:
@@ -405,6 +551,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the coordinator's --max-message-bytes (small: oversized bodies are cheap to send)",
     )
     parser.add_argument("--timeout-s", type=float, default=30.0, help="deadline of each call")
+    parser.add_argument(
+        "--amplification-s",
+        type=float,
+        default=10.0,
+        help="length of the quiet window and of the read-amplification window",
+    )
+    parser.add_argument(
+        "--amplification-threads", type=int, default=2, help="clients of the read-amplification"
+    )
     parser.add_argument("--coordinator-log-level", default="INFO")
     parser.add_argument("--progress-s", type=float, default=10.0)
     parser.add_argument("--output", default=str(RESULTS / "fuzz-latest.json"))
@@ -457,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency_ms": result["latency_ms"],
         "coordinator_rss_mib": result["coordinator_rss_mib"],
         "healthy": result["healthy"],
+        "amplification": result["amplification"],
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(report, indent=2, default=str))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -405,107 +406,94 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
         read; groups that do not exist are found by one read (no lease taken for them); the
         rest are described one by one on this thread."""
         out = admin_pb2.DescribeGroupsResponse()
+        add = out.groups.add
         config_values = request.include_config_values
         try:
             principal = self._principal(context)
         except CoordinatorError as error:
             for group_id in request.group_ids:
-                out.groups.append(_describe_error(group_id, error.code, error.message))
+                add(group_id=group_id, error_code=int(error.code), error_message=error.message)
             return out
         entries = self._screen_describe(request.group_ids, principal, config_values)
-        wanted = [group_id for group_id, entry in entries if entry is None]
-        unavailable: CoordinatorError | None = None
+        wanted = [group_id for group_id, error in entries if error is None]
+        unavailable: tuple[int, str] | None = None
         existing: set[str] = set()
         try:
             existing = self.manager.existing_groups(wanted) if wanted else set()
         except CoordinatorError as error:
-            unavailable = error
+            unavailable = int(error.code), error.message
         budget = self.defaults.max_message_bytes - DESCRIBE_ANSWER_RESERVE_BYTES
+        full = (
+            int(ErrorCode.POLICY_VIOLATION),
+            f"the answer reached --max-message-bytes ({self.defaults.max_message_bytes:,}) "
+            "before this group; describe it in another call.",
+        )
         size = 0
-        full = False
+        filled = False
         for group_id, screened in entries:
-            if not context.is_active():
-                break  # the caller gave up: describe no more
-            entry = screened
-            if entry is None:
-                if full:
-                    entry = _describe_error(group_id, *self._answer_full)
+            refusal = screened
+            if refusal is None:
+                if not context.is_active():
+                    break  # the caller gave up: describe no more
+                if filled:
+                    refusal = full
                 elif unavailable is not None:
-                    entry = _describe_error(group_id, unavailable.code, unavailable.message)
+                    refusal = unavailable
                 elif group_id not in existing:
-                    entry = _describe_error(
-                        group_id,
-                        ErrorCode.GROUP_ID_NOT_FOUND,
+                    refusal = (
+                        int(ErrorCode.GROUP_ID_NOT_FOUND),
                         f"group {group_id!r} does not exist.",
                     )
                 else:
                     entry = self._describe(group_id, context, config_values)
-                    if size + entry.ByteSize() + ENTRY_OVERHEAD_BYTES > budget:
-                        full = True
-                        entry = _describe_error(group_id, *self._answer_full)
-            size += entry.ByteSize() + ENTRY_OVERHEAD_BYTES
-            out.groups.append(entry)
+                    grows = entry.ByteSize() + ENTRY_OVERHEAD_BYTES
+                    if size + grows <= budget:
+                        size += grows
+                        out.groups.append(entry)
+                        continue
+                    filled, refusal = True, full
+            code, message = refusal
+            size += len(group_id.encode()) + len(message.encode()) + ENTRY_OVERHEAD_BYTES + 6
+            add(group_id=group_id, error_code=code, error_message=message)
         return out
-
-    @property
-    def _answer_full(self) -> tuple[ErrorCode, str]:
-        return ErrorCode.POLICY_VIOLATION, (
-            f"the answer reached --max-message-bytes ({self.defaults.max_message_bytes:,}) "
-            "before this group; describe it in another call."
-        )
 
     def _screen_describe(
         self, group_ids: Sequence[str], principal: str, config_values: bool
-    ) -> list[tuple[str, admin_pb2.DescribedGroup | None]]:
-        """Each requested id with its error entry, or None for a group to describe: O(1) per
-        id and nothing read (a repeat, an id past the limit, a bad id, a denied caller)."""
+    ) -> list[tuple[str, tuple[int, str] | None]]:
+        """Each requested id with its error (code, message), or None for a group to describe:
+        O(1) per id and nothing read (a repeat, an id past the limit, a bad id, a denied
+        caller). Errors are counted in `coordinator_errors` as other answers are."""
         limit = self.defaults.max_describe_groups
+        past = (
+            int(ErrorCode.POLICY_VIOLATION),
+            f"over --max-describe-groups ({limit:,} ids per call)",
+        )
+        repeat = int(ErrorCode.INVALID_REQUEST), "named before in this call"
         seen: set[str] = set()
-        screened: list[tuple[str, admin_pb2.DescribedGroup | None]] = []
+        screened: list[tuple[str, tuple[int, str] | None]] = []
+        refused: Counter[str] = Counter()
         for index, group_id in enumerate(group_ids):
             if index >= limit:
-                screened.append(
-                    (
-                        group_id,
-                        _describe_error(
-                            group_id,
-                            ErrorCode.POLICY_VIOLATION,
-                            f"past the {limit:,} groups one call may name (--max-describe-groups)",
-                        ),
-                    )
-                )
+                screened.append((group_id, past))
+                refused[ErrorCode.POLICY_VIOLATION.name] += 1
                 continue
             if group_id in seen:
-                screened.append(
-                    (
-                        group_id,
-                        _describe_error(
-                            group_id, ErrorCode.INVALID_REQUEST, "named before in this call"
-                        ),
-                    )
-                )
+                screened.append((group_id, repeat))
+                refused[ErrorCode.INVALID_REQUEST.name] += 1
                 continue
             seen.add(group_id)
-
-            def screen(group_id: str = group_id) -> admin_pb2.DescribedGroup | None:
+            try:
                 validate_group_id(group_id)
                 self._authorize("DescribeGroups", principal, Operation.DESCRIBE, group_id)
                 if config_values:
                     self._may_see_config_values(principal, group_id)
-                return None
-
-            screened.append(
-                (
-                    group_id,
-                    self._run(
-                        "DescribeGroups",
-                        screen,
-                        functools.partial(
-                            convert.error_answer, admin_pb2.DescribedGroup, group_id=group_id
-                        ),
-                    ),
-                )
-            )
+            except CoordinatorError as error:
+                screened.append((group_id, (int(error.code), error.message)))
+                refused[error.code.name] += 1
+                continue
+            screened.append((group_id, None))
+        for code_name, n in refused.items():
+            self.manager.metrics.errors.labels("DescribeGroups", code_name).inc(n)
         return screened
 
     def _may_see_config_values(self, principal: str, group_id: str) -> None:
