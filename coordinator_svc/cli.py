@@ -33,6 +33,13 @@ from .admin_client import (
 from .core.model import GroupConfigDefaults
 from .core.principals import MappingRulesError, PrincipalSource, parse_mapping_rules
 from .core.validation import MAX_NAME_LENGTH, MAX_URL_LENGTH
+from .grpc_api.connection_age import (
+    DEFAULT_MAX_CONNECTION_AGE_GRACE_MS,
+    DEFAULT_MAX_CONNECTION_AGE_MS,
+    MAX_CHANNEL_ARG,
+    MIN_MAX_CONNECTION_AGE_GRACE_MS,
+    MIN_MAX_CONNECTION_AGE_MS,
+)
 from .serve import migrate, serve
 
 DEFAULT_PORT = 9093
@@ -40,7 +47,15 @@ DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
 MAX_MESSAGE_BYTES_ENV = "COORDINATOR_MAX_MESSAGE_BYTES"
 #: What the `coordinator` extra installs (the base distribution is the agent's).
 SERVER_LIBRARIES = frozenset(
-    {"sqlalchemy", "alembic", "psycopg", "prometheus_client", "grpc_health", "grpc_reflection"}
+    {
+        "sqlalchemy",
+        "alembic",
+        "psycopg",
+        "prometheus_client",
+        "grpc_health",
+        "grpc_reflection",
+        "cryptography",
+    }
 )
 
 
@@ -416,6 +431,36 @@ def _add_server_security(p: argparse.ArgumentParser) -> None:
         "(mTLS), whose identity is the call's principal (COORDINATOR_TLS_CLIENT_CA)",
     )
     tls.add_argument(
+        "--tls-crl",
+        default=_env("COORDINATOR_TLS_CRL", None),
+        help="certificate revocation lists (PEM, several in one file, or DER) of the client "
+        "CAs: a client certificate they list (issuer and serial) is refused with "
+        "UNAUTHENTICATED at its next call. Re-read when the file changes (an unusable new "
+        "version keeps the previous CRLs); a CRL signed by a client CA must verify against "
+        "it; needs --tls-client-ca (COORDINATOR_TLS_CRL)",
+    )
+    tls.add_argument(
+        "--max-connection-age-ms",
+        type=int,
+        default=_env("COORDINATOR_MAX_CONNECTION_AGE_MS", DEFAULT_MAX_CONNECTION_AGE_MS),
+        help="close every client connection after this long (+-10%%; the client reconnects "
+        "with a new TLS handshake, so a removed client CA or an expired certificate is cut "
+        f"off); 0: never, else at least {MIN_MAX_CONNECTION_AGE_MS} "
+        "(COORDINATOR_MAX_CONNECTION_AGE_MS)",
+    )
+    tls.add_argument(
+        "--max-connection-age-grace-ms",
+        type=int,
+        default=_env(
+            "COORDINATOR_MAX_CONNECTION_AGE_GRACE_MS", DEFAULT_MAX_CONNECTION_AGE_GRACE_MS
+        ),
+        help="how long calls in flight on a connection past its age may finish before it is "
+        f"closed. Rule: at least {MIN_MAX_CONNECTION_AGE_GRACE_MS} ms, the longest a call "
+        "waits on the server with this project's clients: a call waits for its group until "
+        "its caller's deadline (operator commands: --timeout, 10 s; agents: 5 s); raise it if "
+        "your clients set longer deadlines (COORDINATOR_MAX_CONNECTION_AGE_GRACE_MS)",
+    )
+    tls.add_argument(
         "--allow-plaintext",
         action="store_true",
         default=_env("COORDINATOR_ALLOW_PLAINTEXT", "") not in ("", "0", "false"),
@@ -487,6 +532,9 @@ def _server_security_problem(args: argparse.Namespace) -> str | None:
         return "--tls-cert and --tls-key go together (COORDINATOR_TLS_CERT, COORDINATOR_TLS_KEY)"
     if args.tls_client_ca and not args.tls_cert:
         return "--tls-client-ca needs --tls-cert and --tls-key: mTLS is TLS with client certs"
+    problem = _revocation_problem(args)
+    if problem is not None:
+        return problem
     if args.host is None:
         args.host = "0.0.0.0" if args.tls_cert else "127.0.0.1"
     if args.metrics_host is None:
@@ -512,6 +560,29 @@ def _server_security_problem(args: argparse.Namespace) -> str | None:
         return "--acl-refresh-ms must be between 100 and 3600000"
     if not 1.0 <= args.denial_event_interval_s <= 86_400:
         return "--denial-event-interval-s must be between 1 and 86400"
+    return None
+
+
+def _revocation_problem(args: argparse.Namespace) -> str | None:
+    """Why --tls-crl or the connection age flags cannot work, or None (the CRLs themselves are
+    parsed when the server starts: an unusable one exits with 2 too)."""
+    if args.tls_crl:
+        if not args.tls_client_ca:
+            return "--tls-crl needs --tls-client-ca: CRLs revoke client certificates"
+        if not os.access(args.tls_crl, os.R_OK) or not os.path.isfile(args.tls_crl):
+            return f"--tls-crl: cannot read the file {args.tls_crl!r} (COORDINATOR_TLS_CRL)"
+    age, grace = args.max_connection_age_ms, args.max_connection_age_grace_ms
+    if age != 0 and not MIN_MAX_CONNECTION_AGE_MS <= age <= MAX_CHANNEL_ARG:
+        return (
+            f"--max-connection-age-ms must be 0 (never) or between {MIN_MAX_CONNECTION_AGE_MS} "
+            f"and {MAX_CHANNEL_ARG}, not {age}"
+        )
+    if not MIN_MAX_CONNECTION_AGE_GRACE_MS <= grace <= MAX_CHANNEL_ARG:
+        return (
+            f"--max-connection-age-grace-ms must be between {MIN_MAX_CONNECTION_AGE_GRACE_MS} "
+            f"(the longest a call waits on the server with this project's clients) and "
+            f"{MAX_CHANNEL_ARG}, not {grace}"
+        )
     return None
 
 
@@ -633,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except PlaintextRefused as error:
+    except (PlaintextRefused, TlsConfigError) as error:  # TLS files unusable at start: 2
         print(f"coordinator-svc {args.command}: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # the CLI reports, it does not dump a traceback on bad input

@@ -127,12 +127,18 @@ class Metrics:
         self.unauthenticated = Counter(
             "coordinator_unauthenticated_requests",
             "Calls refused with UNAUTHENTICATED: a client certificate that the principal "
-            "mapping rules cannot turn into a principal.",
+            "mapping rules cannot turn into a principal, or that a CRL (--tls-crl) revokes.",
             registry=self.registry,
         )
         self.tls_reloads = Counter(
             "coordinator_tls_reloads",
             "Times the server's certificate files changed and were loaded again.",
+            registry=self.registry,
+        )
+        self.tls_reload_failures = Counter(
+            "coordinator_tls_reload_failures",
+            "Times the server's certificate files changed but could not be used (unreadable, "
+            "not PEM, or a key that is not the certificate's); the previous pair stays.",
             registry=self.registry,
         )
         self.errors = Counter(

@@ -90,7 +90,7 @@ def serve(args: argparse.Namespace) -> int:
     metrics = Metrics()
     manager = GroupManager(store, defaults, metrics)
     tls = (
-        ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca or None)
+        ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca or None, args.tls_crl or None)
         if args.tls_cert
         else None
     )
@@ -119,6 +119,8 @@ def serve(args: argparse.Namespace) -> int:
             quotas=PrincipalQuotas(
                 join_rate=args.max_joins_per_s, creation_rate=args.max_group_creations_per_s
             ),
+            max_connection_age_ms=args.max_connection_age_ms,
+            max_connection_age_grace_ms=args.max_connection_age_grace_ms,
         )
     except BaseException:
         authorizer.stop()

@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from connect_protocol.logs import fields
 
 from ..metrics import Metrics
-from .context import CallIdentity, PoolContext
+from .context import CallIdentity, PoolContext, Unauthenticated
 from .servicers import AdminServicer, CoordinatorServicer
 
 log = logging.getLogger("coordinator.grpc")
@@ -142,9 +142,9 @@ def register(
 ) -> None:
     """Serve `service` with `servicer`'s coroutines, decoding each body itself (instead of the
     generated `add_..._to_server`), so that an undecodable one is refused cleanly, working out
-    the caller's principal (`identity`) before the servicer sees the call, and refusing an
-    answer over `max_message_bytes` with RESOURCE_EXHAUSTED itself (gRPC would log a
-    traceback for each)."""
+    the caller's principal (`identity`; UNAUTHENTICATED for a revoked or unmappable
+    certificate) before the servicer sees the call, and refusing an answer over
+    `max_message_bytes` with RESOURCE_EXHAUSTED itself (gRPC would log a traceback for each)."""
     handlers = {}
     for method in service.methods:
         request_type = getattr(messages, method.input_type.name)
@@ -174,13 +174,11 @@ def _decoding(
     max_message_bytes: int,
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def handle(body: bytes, context: grpc.aio.ServicerContext) -> Any:
-        principal = identity.principal(context)
-        if principal is None:
+        try:
+            principal = identity.authenticate(context)
+        except Unauthenticated as refused:
             undecodable.metrics.unauthenticated.inc()
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "the client certificate names no principal that the server's mapping rules accept.",
-            )
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(refused))
         try:
             request = request_type.FromString(body)
         except DecodeError:
@@ -189,7 +187,6 @@ def _decoding(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"the request body is not a valid {request_type.DESCRIPTOR.full_name}.",
             )
-        assert principal is not None  # abort raised
         answer = await method(request, context, principal)
         size = answer.ByteSize()
         if size > max_message_bytes:

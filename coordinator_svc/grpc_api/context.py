@@ -1,7 +1,8 @@
 """What the servicers know of a call besides its request: who sent it (the principal, from the
 client certificate the TLS handshake verified), from where, and whether the caller still
-waits. `CallIdentity` reads the principal off gRPC's auth context; `PoolContext` carries it,
-worked out on the event loop, to a call that runs on a pool thread."""
+waits. `CallIdentity` reads the principal off gRPC's auth context (refusing a certificate that
+a CRL revokes); `PoolContext` carries it, worked out on the event loop, to a call that runs on
+a pool thread."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from typing import Any, Protocol
 
 from ..core.acls import ANONYMOUS
 from ..core.principals import CertificateIdentity, PrincipalMapper
+from .revocation import RevocationList
+
+UNMAPPED = "the client certificate names no principal that the server's mapping rules accept."
 
 
 class Context(Protocol):
@@ -23,13 +27,38 @@ class Context(Protocol):
     def auth_context(self) -> Mapping[str, Sequence[bytes]]: ...
 
 
+class Unauthenticated(Exception):
+    """A call refused with UNAUTHENTICATED: its client certificate is revoked, or maps to no
+    principal."""
+
+
 class CallIdentity:
     """The principal of a call: ANONYMOUS unless the server asks for client certificates
     (`mapper` given), then the certificate's name through the mapping rules; None when the
-    rules map it to nothing (the call is refused with UNAUTHENTICATED)."""
+    rules map it to nothing (the call is refused with UNAUTHENTICATED). With `revocations`,
+    a certificate its CRLs revoke is refused too (`authenticate`)."""
 
-    def __init__(self, mapper: PrincipalMapper | None = None) -> None:
+    def __init__(
+        self, mapper: PrincipalMapper | None = None, revocations: RevocationList | None = None
+    ) -> None:
         self.mapper = mapper
+        self.revocations = revocations
+
+    def authenticate(self, context: Any) -> str:
+        """The principal of a call as it arrives (every RPC, on the event loop); Unauthenticated
+        if its certificate is revoked or maps to no principal."""
+        if self.mapper is None:
+            return ANONYMOUS
+        auth = context.auth_context()
+        if self.revocations is not None:
+            pem = auth.get("x509_pem_cert")
+            refusal = self.revocations.refusal(pem[0] if pem else None)
+            if refusal is not None:
+                raise Unauthenticated(refusal)
+        principal = self.mapper.principal(certificate_identity(auth))
+        if principal is None:
+            raise Unauthenticated(UNMAPPED)
+        return principal
 
     def principal(self, context: Any) -> str | None:
         if self.mapper is None:

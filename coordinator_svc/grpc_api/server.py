@@ -21,7 +21,9 @@ from ..runtime.authorizer import Authorizer
 from ..runtime.groups import GroupManager
 from ..runtime.quotas import PrincipalQuotas
 from .aio import AsyncAdminServicer, AsyncCoordinatorServicer, UndecodableRequests, register
+from .connection_age import DEFAULT_MAX_CONNECTION_AGE_GRACE_MS, connection_age_options
 from .context import CallIdentity
+from .revocation import RevocationList
 from .servicers import AdminServicer, CoordinatorServicer
 from .tls import ReloadingCredentials, ServerTls
 
@@ -46,7 +48,9 @@ class CoordinatorServer:
     both services, health and reflection. Bound to `address` ("host:port"; port 0 picks one,
     see `port`) when built, with `tls` if given (client certificates required when it has a
     client CA; their principals from `principal_mapper`), plaintext otherwise; sends and
-    accepts messages of up to `max_message_bytes`. `authorizer` None: everything allowed."""
+    accepts messages of up to `max_message_bytes`. `authorizer` None: everything allowed.
+    `max_connection_age_ms` (0: none) closes each connection that old, its calls in flight given
+    `max_connection_age_grace_ms`; `tls.crl_file` revokes client certificates."""
 
     def __init__(
         self,
@@ -61,16 +65,26 @@ class CoordinatorServer:
         authorizer: Authorizer | None = None,
         quotas: PrincipalQuotas | None = None,
         describe_config_values: bool = False,
+        max_connection_age_ms: int = 0,
+        max_connection_age_grace_ms: int = DEFAULT_MAX_CONNECTION_AGE_GRACE_MS,
     ) -> None:
         self.tls = ReloadingCredentials(tls, manager.metrics) if tls is not None else None
         mutual = tls is not None and tls.mutual
+        self.revocations = (
+            RevocationList(tls.crl_file, tls.client_ca_file)
+            if tls is not None and tls.crl_file and mutual
+            else None
+        )
         # Without client certificates every caller is ANONYMOUS.
-        self.identity = CallIdentity(principal_mapper or PrincipalMapper() if mutual else None)
+        self.identity = CallIdentity(
+            principal_mapper or PrincipalMapper() if mutual else None, self.revocations
+        )
         self.authorizer = authorizer
         self.quotas = quotas
         self.describe_config_values = describe_config_values
         self.max_message_bytes = max_message_bytes
         options = [("grpc.so_reuseport", 0), *channel_options(max_message_bytes)]
+        options += connection_age_options(max_connection_age_ms, max_connection_age_grace_ms)
         self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(

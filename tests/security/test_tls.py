@@ -321,6 +321,26 @@ def test_a_reissued_certificate_from_the_same_ca_is_presented_to_new_connections
     assert refusal(coordinator.address, pki.ca.cert_file, pki.alice) is None
 
 
+def test_a_rotation_to_a_mismatched_pair_is_a_failed_reload_and_the_old_pair_serves(
+    rotating: tuple[InProcessCoordinator, Path, Path], pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    coordinator, cert, _key = rotating
+    registry = coordinator.manager.metrics.registry
+    reissued = pki.ca.server("server-without-its-key")
+    write_atomically(cert, reissued.cert.read_bytes())  # the key file keeps the old key
+    for _ in range(3):  # three handshakes: the one version of the files fails once
+        assert presented_serial(coordinator.address, pki.ca.cert_file, pki.alice) == serial_of(
+            pki.server.cert
+        )
+        assert refusal(coordinator.address, pki.ca.cert_file, pki.alice) is None
+    assert registry.get_sample_value("coordinator_tls_reloads_total") == 0
+    assert registry.get_sample_value("coordinator_tls_reload_failures_total") == 1
+    events = [getattr(r, "fields", {}).get("event") for r in caplog.records]
+    assert events.count("tls_reload_failed") == 1 and "tls_reloaded" not in events
+    failed = next(r for r in caplog.records if "tls_reload_failed" in str(getattr(r, "fields", "")))
+    assert "is not the key of the certificate" in failed.fields["reason"]  # type: ignore[attr-defined]
+
+
 # --- TLS without client certificates ------------------------------------------------------------
 
 

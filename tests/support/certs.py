@@ -1,11 +1,13 @@
 """Certificates for tests on real TLS connections, made with the `cryptography` package: a CA,
 server certificates for 127.0.0.1/localhost, client certificates with a common name and SAN
-URIs/DNS names, expired ones, and a second CA whose certificates the first must refuse."""
+URIs/DNS names, expired ones, a second CA whose certificates the first must refuse, and CRLs
+(PEM or DER) that revoke some of them."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,3 +146,24 @@ class CertificateAuthority:
             ips=("127.0.0.1",),
             **kwargs,  # type: ignore[arg-type]
         )
+
+    def crl(self, revoked: Sequence[Issued] = (), *, der: bool = False) -> bytes:
+        """A CRL of this CA listing `revoked` (by serial number), signed by it; PEM unless
+        `der`."""
+        builder = (
+            x509.CertificateRevocationListBuilder()
+            .issuer_name(self._cert.subject)
+            .last_update(_now() - datetime.timedelta(minutes=5))
+            .next_update(_now() + datetime.timedelta(days=7))
+        )
+        for issued in revoked:
+            serial = x509.load_pem_x509_certificate(issued.cert.read_bytes()).serial_number
+            builder = builder.add_revoked_certificate(
+                x509.RevokedCertificateBuilder()
+                .serial_number(serial)
+                .revocation_date(_now() - datetime.timedelta(minutes=1))
+                .build()
+            )
+        crl = builder.sign(self._key, hashes.SHA256())
+        encoding = serialization.Encoding.DER if der else serialization.Encoding.PEM
+        return crl.public_bytes(encoding)

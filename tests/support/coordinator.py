@@ -74,6 +74,8 @@ class InProcessCoordinator:
         super_users: Sequence[str] = (),
         acl_refresh_s: float = 0.2,
         denial_interval_s: float = 60.0,
+        max_connection_age_ms: int = 0,
+        max_connection_age_grace_ms: int = 30_000,
     ) -> None:
         """`tls`: serve TLS (mTLS with a client CA), else plaintext; `authorization`: ACLs
         deny by default (`self.authorizer`, refreshed every `acl_refresh_s`)."""
@@ -103,6 +105,8 @@ class InProcessCoordinator:
             tls=tls,
             principal_mapper=principal_mapper,
             authorizer=self.authorizer,
+            max_connection_age_ms=max_connection_age_ms,
+            max_connection_age_grace_ms=max_connection_age_grace_ms,
         )
         self.tls = tls
         self.stubs: Stubs | None = None
