@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import multiprocessing
 import platform
 import re
 import signal
@@ -187,11 +188,55 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
+def amplification_client(
+    index: int,
+    address: str,
+    big: str,
+    seconds: float,
+    timeout_s: float,
+    max_message_bytes: int,
+    results: Any,
+) -> None:
+    """One read-amplification client (its own process): after a 2 s start, the cases back to
+    back for `seconds`; puts ([(case, outcome, count)], [wrong entry counts]) on `results`."""
+    from connect.group.v1 import admin_pb2
+
+    time.sleep(2.0)
+    client = hostile.RawClient(address, timeout_s=timeout_s)
+    counted: Counter[tuple[str, str]] = Counter()
+    wrong: list[str] = []
+    n = index
+    stop = time.monotonic() + seconds
+    try:
+        while time.monotonic() < stop:
+            name, kind, count = AMPLIFICATION_CASES[n % len(AMPLIFICATION_CASES)]
+            n += 1
+            ids = [big] * count if kind == "big" else [f"nx-{index}-{n}-{i}" for i in range(count)]
+            body = admin_pb2.DescribeGroupsRequest(group_ids=ids).SerializeToString()
+            status, details, answer = client.send("DescribeGroups", body)
+            verdict = hostile.judge(
+                "DescribeGroups", body, status, details, answer, max_message_bytes
+            )
+            label = status.name
+            if answer is not None and status == grpc.StatusCode.OK:
+                decoded = admin_pb2.DescribeGroupsResponse.FromString(answer)
+                if [g.group_id for g in decoded.groups] != ids:
+                    wrong.append(f"{name}: {len(decoded.groups)} entries")
+                codes = Counter(g.error_code for g in decoded.groups)
+                label = "OK " + ", ".join(f"{c}x{k}" for c, k in sorted(codes.items()))
+            if verdict.problems:
+                label += " (outside the contract: " + "; ".join(verdict.problems) + ")"
+            counted[(name, label)] += 1
+    finally:
+        client.close()
+        results.put(([(name, label, k) for (name, label), k in counted.items()], wrong))
+
+
 def amplification_phase(
     args: argparse.Namespace, address: str, pid: int, healthy: hostile.HealthyGroup
 ) -> dict[str, Any]:
     """The healthy group's heartbeat p99 over a quiet window, then over a window in which
-    --amplification-threads clients send the read-amplification cases back to back; each
+    --amplification-clients processes send the read-amplification cases back to back; each
     answer judged by the fuzz judge (INTERNAL/UNKNOWN must be zero) and checked to hold one
     entry per id; and the coordinator's peak RSS before and after."""
     from connect.group.v1 import admin_pb2
@@ -223,46 +268,30 @@ def amplification_phase(
     rss_before = peak_rss_mib(pid)
     outcomes: Counter[tuple[str, str]] = Counter()
     wrong_entries: list[str] = []
-    stop = time.monotonic() + args.amplification_s
-    lock = threading.Lock()
-
-    def hammer(index: int) -> None:
-        client = hostile.RawClient(address, timeout_s=args.timeout_s)
-        n = index
-        try:
-            while time.monotonic() < stop:
-                name, kind, count = AMPLIFICATION_CASES[n % len(AMPLIFICATION_CASES)]
-                n += 1
-                ids = [big] * count if kind == "big" else [f"nx-{n}-{i}" for i in range(count)]
-                body = admin_pb2.DescribeGroupsRequest(group_ids=ids).SerializeToString()
-                status, details, answer = client.send("DescribeGroups", body)
-                verdict = hostile.judge(
-                    "DescribeGroups", body, status, details, answer, args.max_message_bytes
-                )
-                label = status.name
-                if answer is not None and status == grpc.StatusCode.OK:
-                    decoded = admin_pb2.DescribeGroupsResponse.FromString(answer)
-                    if [g.group_id for g in decoded.groups] != ids:
-                        with lock:
-                            wrong_entries.append(f"{name}: {len(decoded.groups)} entries")
-                    codes = Counter(g.error_code for g in decoded.groups)
-                    label = "OK " + ", ".join(f"{c}x{k}" for c, k in sorted(codes.items()))
-                if verdict.problems:
-                    label += " (outside the contract: " + "; ".join(verdict.problems) + ")"
-                with lock:
-                    outcomes[(name, label)] += 1
-        finally:
-            client.close()
-
-    first = len(healthy.latencies_s)
-    threads = [
-        threading.Thread(target=hammer, args=(i,), name=f"amplify-{i}", daemon=True)
-        for i in range(args.amplification_threads)
+    # The clients run in processes of their own, so that decoding 10,000-entry answers does
+    # not hold this process's GIL while the healthy group's latencies are measured here.
+    context = multiprocessing.get_context("spawn")
+    results: Any = context.Queue()
+    workers = [
+        context.Process(
+            target=amplification_client,
+            args=(i, address, big, args.amplification_s, args.timeout_s, args.max_message_bytes),
+            kwargs={"results": results},
+            name=f"amplify-{i}",
+            daemon=True,
+        )
+        for i in range(args.amplification_clients)
     ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for w in workers:
+        w.start()
+    time.sleep(2.0)  # the clients' interpreters start (imports) before the window counts
+    first = len(healthy.latencies_s)
+    for _ in workers:
+        counted, wrong = results.get(timeout=args.amplification_s + args.timeout_s + 60)
+        outcomes.update({(name, label): n for name, label, n in counted})
+        wrong_entries.extend(wrong)
+    for w in workers:
+        w.join(timeout=30)
     during = healthy.latencies_s[first:]
     rss_after = peak_rss_mib(pid)
     stubs.close()
@@ -466,7 +495,7 @@ def print_report(args: argparse.Namespace, r: dict[str, Any]) -> int:
     ]
     print()
     print(
-        f"Read amplification (DescribeGroups, {args.amplification_threads} clients for "
+        f"Read amplification (DescribeGroups, {args.amplification_clients} client processes for "
         f"{args.amplification_s:g} s; the group described is {amp['big_group_description_bytes']:,}"
         " bytes; codes: 0 described, 42 named before, 44 past a limit, 69 not found):"
     )
@@ -558,7 +587,10 @@ def main(argv: list[str] | None = None) -> int:
         help="length of the quiet window and of the read-amplification window",
     )
     parser.add_argument(
-        "--amplification-threads", type=int, default=2, help="clients of the read-amplification"
+        "--amplification-clients",
+        type=int,
+        default=2,
+        help="read-amplification clients (processes)",
     )
     parser.add_argument("--coordinator-log-level", default="INFO")
     parser.add_argument("--progress-s", type=float, default=10.0)
