@@ -2,7 +2,9 @@
 `migrate`: whoever may write the coordinator's database administers its ACLs, which is how the
 first entries get there), or with `--coordinator` through the AddAcl / RemoveAcl / ListAcls
 RPCs, as a principal with ALTER (DESCRIBE to list) on the cluster. Running coordinators pick a
-change up within --acl-refresh-ms."""
+change up within --acl-refresh-ms. Every change is recorded as an ACL_ADDED / ACL_REMOVED event
+naming its caller: over gRPC the certificate's principal and the peer address; against the
+database `local:<os user>` and the host name."""
 
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ def add_acl_parser(
     def connection(p: argparse.ArgumentParser) -> None:
         where = p.add_mutually_exclusive_group()
         where.add_argument(
-            "--database-url", default=database_url, help="SQLAlchemy URL (DATABASE_URL)"
+            "--database-url",
+            default=database_url,
+            help="SQLAlchemy URL (DATABASE_URL); a change is recorded in the audit trail as "
+            "made by local:<os user> on this host",
         )
         where.add_argument(
             "--coordinator",
@@ -100,17 +105,23 @@ def _over_grpc(args: argparse.Namespace) -> int:
     channel, admin = _stubs(args, args.coordinator)
     with channel:
         if args.acl_command == "list":
-            listed = admin.ListAcls(
-                admin_pb2.ListAclsRequest(principal=args.principal or ""), timeout=args.timeout
-            )
-            answer: object = listed
-            if listed.error_code == 0:
+            token = ""
+            while True:  # every page
+                listed = admin.ListAcls(
+                    admin_pb2.ListAclsRequest(principal=args.principal or "", page_token=token),
+                    timeout=args.timeout,
+                )
+                answer: object = listed
+                if listed.error_code != 0:
+                    break
                 for e in listed.entries:
                     print(
                         f"{e.permission} {e.principal} {e.operation} on {e.resource_type} "
                         f"{e.pattern_type} {e.pattern!r}"
                     )
-                return 0
+                if not listed.next_page_token:
+                    return 0
+                token = listed.next_page_token
         else:
             entry = _entry(args)
             wire = admin_pb2.AclEntry(
@@ -144,7 +155,7 @@ def acl_cmd(args: argparse.Namespace) -> int:
         except InvalidRequest as error:
             print(f"coordinator-svc acl {args.acl_command}: {error.message}", file=sys.stderr)
             return 2
-    from .store.acl_store import AclStore
+    from .store.acl_store import AclStore, local_caller
     from .store.engine import Database
     from .store.migrate import normalize_url, pending_revision
 
@@ -166,11 +177,12 @@ def acl_cmd(args: argparse.Namespace) -> int:
         except InvalidRequest as error:
             print(f"coordinator-svc acl {args.acl_command}: {error.message}", file=sys.stderr)
             return 2
+        caller = local_caller()  # recorded as the change's principal and address
         if args.acl_command == "add":
-            added = store.add(entry)
+            added = store.add(entry, caller)
             print(("added: " if added else "already there: ") + entry.describe())
             return 0
-        removed = store.remove(entry)
+        removed = store.remove(entry, caller)
         if not removed:
             print(f"no such entry: {entry.describe()}", file=sys.stderr)
             return 1

@@ -436,11 +436,16 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "string pattern = 5",
             "string permission = 6",
         ],
-        "ListAclsRequest": ["string principal = 1"],
+        "ListAclsRequest": [
+            "string principal = 1",
+            "int32 page_size = 2",
+            "string page_token = 3",
+        ],
         "ListAclsResponse": [
             "ErrorCode error_code = 1",
             "string error_message = 2",
             "repeated AclEntry entries = 3",
+            "string next_page_token = 4",
         ],
         "AddAclRequest": ["AclEntry entry = 1"],
         "AddAclResponse": [

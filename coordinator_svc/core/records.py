@@ -40,9 +40,17 @@ class EventType(StrEnum):
     CONNECTOR_PUT = "CONNECTOR_PUT"
     CONNECTOR_DELETED = "CONNECTOR_DELETED"
     CONFIG_ALTERED = "CONFIG_ALTERED"
-    #: Calls denied by authorization, aggregated per principal, operation and group per
-    #: interval (written by the authorizer, outside any group's commit; group_epoch -1).
+    #: Calls denied by authorization, aggregated per principal and operation per interval,
+    #: with a count and a sample of the groups (written by the authorizer, outside any group's
+    #: commit; group_epoch -1; group id the one group named, else "").
     AUTHORIZATION_DENIED = "AUTHORIZATION_DENIED"
+    #: An ACL entry added or removed through AddAcl / RemoveAcl or `coordinator-svc acl`, with
+    #: the caller's principal and address (cluster-level: group id "", group_epoch -1).
+    ACL_ADDED = "ACL_ADDED"
+    ACL_REMOVED = "ACL_REMOVED"
+    #: ACL rows changed directly in the database (neither path): the rows added and removed,
+    #: principal `database`; recorded once, by the first coordinator that notices.
+    ACL_CHANGED = "ACL_CHANGED"
 
 
 @dataclass(frozen=True, slots=True)

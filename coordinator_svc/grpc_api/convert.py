@@ -257,8 +257,24 @@ def acl_entry(msg: admin_pb2.AclEntry) -> AclEntry:
     )
 
 
-def listed_acls(entries: Iterable[AclEntry]) -> admin_pb2.ListAclsResponse:
-    out = admin_pb2.ListAclsResponse()
+#: Digits in a ListAcls page token (an entry id, a BIGINT).
+_MAX_ACL_TOKEN_DIGITS = 19
+
+
+def acl_page_token(token: str) -> int:
+    """ListAcls' page token: "" (the first page) or the id of the last entry of the previous
+    page; INVALID_REQUEST otherwise."""
+    if token == "":
+        return 0
+    if not (token.isascii() and token.isdigit() and len(token) <= _MAX_ACL_TOKEN_DIGITS):
+        raise InvalidRequest(
+            "page_token must be empty or the next_page_token of a previous ListAcls answer."
+        )
+    return int(token)
+
+
+def listed_acls(entries: Iterable[AclEntry], next_page_token: str) -> admin_pb2.ListAclsResponse:
+    out = admin_pb2.ListAclsResponse(next_page_token=next_page_token)
     for e in entries:
         out.entries.add(
             principal=e.principal,

@@ -55,8 +55,9 @@ from ..core.validation import (
     validate_text,
 )
 from ..runtime.authorizer import Authorizer
-from ..runtime.groups import GroupManager, NotOwner
+from ..runtime.groups import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, GroupManager, NotOwner
 from ..runtime.quotas import PrincipalQuotas
+from ..store.acl_store import AclCaller
 from . import convert
 from .context import CallIdentity, Context
 
@@ -147,14 +148,21 @@ class _Base:
         """CLUSTER_AUTHORIZATION_FAILED (counted) unless `principal` may do `operation` on the
         cluster; `needed` says what for."""
         if not self._allowed(principal, operation, CLUSTER_NAME, ResourceType.CLUSTER):
-            self._denied(rpc, principal, operation, CLUSTER_NAME)
+            self._denied(rpc, principal, operation, CLUSTER_NAME, ResourceType.CLUSTER)
             raise ClusterAuthorizationFailed(
                 f"{principal} is not allowed {operation.value} on the cluster (needed {needed})."
             )
 
-    def _denied(self, rpc: str, principal: str, operation: Operation, resource: str) -> None:
+    def _denied(
+        self,
+        rpc: str,
+        principal: str,
+        operation: Operation,
+        resource: str,
+        resource_type: ResourceType = ResourceType.GROUP,
+    ) -> None:
         if self.authorizer is not None:
-            self.authorizer.denied(rpc, principal, operation, resource)
+            self.authorizer.denied(rpc, principal, operation, resource, resource_type)
         else:
             self.manager.metrics.authorization_denials.labels(rpc, operation.value).inc()
 
@@ -584,9 +592,16 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
         def call() -> admin_pb2.ListAclsResponse:
             self._acl_admin("ListAcls", context, Operation.DESCRIBE)
             validate_text(request.principal, "Principal", MAX_PRINCIPAL_LENGTH)
-            _, entries = self.manager.store.acls.load()
+            if request.page_size < 0:
+                raise InvalidRequest(f"page_size must be >= 0, not {request.page_size}.")
+            after = convert.acl_page_token(request.page_token)
+            size = DEFAULT_PAGE_SIZE if request.page_size <= 0 else request.page_size
+            size = min(size, MAX_PAGE_SIZE)
+            rows = self.manager.store.acls.page(request.principal or None, after, size + 1)
+            more = len(rows) > size
+            page = rows[:size]
             return convert.listed_acls(
-                e for e in entries if not request.principal or e.principal == request.principal
+                (entry for _, entry in page), str(page[-1][0]) if more else ""
             )
 
         return self._run(
@@ -613,15 +628,24 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
         def call() -> Any:
             self._acl_admin(rpc, context, Operation.ALTER)
             entry = convert.acl_entry(wire)
+            caller = AclCaller(self._principal(context), context.peer(), rpc)
             acls = self.manager.store.acls
-            changed = acls.add(entry) if add else acls.remove(entry) > 0
+            changed = acls.add(entry, caller) if add else acls.remove(entry, caller) > 0
             assert self.authorizer is not None
             self.authorizer.refresh()  # this coordinator at once; the others within a refresh
             log.info(
-                "ACL %s: %s",
-                "added" if add else "removed",
+                "ACL %s by %s from %s: %s",
+                ("added" if add else "removed") if changed else "unchanged",
+                caller.principal,
+                caller.address,
                 entry.describe(),
-                extra=fields(event="acl_changed", rpc=rpc, changed=changed),
+                extra=fields(
+                    event="acl_changed",
+                    rpc=rpc,
+                    changed=changed,
+                    principal=caller.principal,
+                    peer=caller.address,
+                ),
             )
             return answer(changed=changed)
 

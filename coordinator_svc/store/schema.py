@@ -221,7 +221,7 @@ class EventRow(Base):
 
 class AclRow(Base):
     """One access control entry (`core.acls.AclEntry`), managed by `coordinator-svc acl`. Ids
-    are never reused (the coordinators notice a change by the count and the largest id)."""
+    are never reused; a trigger raises `acl_audit.revision` on every change (see AclAudit)."""
 
     __tablename__ = "acls"
     __table_args__ = ({"sqlite_autoincrement": True},)

@@ -1,7 +1,9 @@
 """Authorization by ACLs on a real mTLS coordinator (issue 12), the callers named by their
 client certificates: every RPC with every operation granted (and none), deny winning over allow,
 prefixed and `*` patterns, `User:*`, the super user, ACL changes reaching a running server, the
-denial metric, the aggregated AUTHORIZATION_DENIED events (authenticated callers only), and
+denial metric, the aggregated AUTHORIZATION_DENIED events (one row per principal and operation
+per interval, `User:ANONYMOUS` included, a bounded number of principals plus one overflow row:
+issue 23), and
 `coordinator-svc acl add|remove|list` end to end against the test database.
 
 A denied call answers GROUP_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED for ListGroups)
@@ -28,6 +30,8 @@ from coordinator_svc.core.acls import (
     Permission,
     ResourceType,
 )
+from coordinator_svc.metrics import Metrics
+from coordinator_svc.runtime.authorizer import MAX_DENIAL_PRINCIPALS, Authorizer
 from tests.support.agents import wait_for
 from tests.support.client import ScriptedWorker, describe
 from tests.support.coordinator import REPO, InProcessCoordinator
@@ -444,7 +448,7 @@ def test_the_denial_metric_counts_each_denied_call_by_rpc_and_operation(
     assert denial_count(secured, "FindCoordinator", "DESCRIBE") == before
 
 
-def test_denials_are_written_as_one_event_per_principal_operation_and_group(
+def test_denials_are_written_as_one_event_per_principal_and_operation(
     secured: InProcessCoordinator, clients: Clients
 ) -> None:
     g1, g2 = unique("audit-1"), unique("audit-2")
@@ -493,13 +497,14 @@ def test_denials_are_written_as_one_event_per_principal_operation_and_group(
     assert (latest["payload"]["principal"], latest["payload"]["count"]) == (BOB, 1)
 
 
-def test_anonymous_denials_are_counted_but_never_written(module_database_url: str) -> None:
+def test_anonymous_denials_are_recorded_like_any_other(module_database_url: str) -> None:
     group = unique("anonymous")
     with InProcessCoordinator(
         module_database_url, defaults=QUIET_DEFAULTS, authorization=True
     ) as plaintext:
         stubs = plaintext.stubs
         assert stubs is not None
+        plaintext.authorizer.flush_denials()
         before = denial_count(plaintext, "PutConnector", "ALTER")
         for _ in range(5):
             answer = stubs.admin.PutConnector(
@@ -510,8 +515,77 @@ def test_anonymous_denials_are_counted_but_never_written(module_database_url: st
             assert answer.error_message.startswith("User:ANONYMOUS is not allowed")
             assert ScriptedWorker(stubs, group, "w").join().error_code == 30
         assert denial_count(plaintext, "PutConnector", "ALTER") == before + 5
-        assert plaintext.authorizer.flush_denials() == 0
-    assert denial_events(module_database_url, {group}) == []
+        assert plaintext.authorizer.flush_denials() == 2
+    rows = denial_events(module_database_url, {group})
+    assert {(r["payload"]["principal"], r["payload"]["operation"]) for r in rows} == {
+        ("User:ANONYMOUS", "ALTER"),
+        ("User:ANONYMOUS", "MEMBER"),
+    }
+    assert all(r["payload"]["count"] == 5 for r in rows), rows
+
+
+def test_one_principal_denied_on_many_groups_hides_no_other_principals_denial(
+    secured: InProcessCoordinator, clients: Clients
+) -> None:
+    """10,000 distinct groups of one principal and one denial of another in one interval: both
+    recorded, in a bounded number of rows (one per principal and operation)."""
+    secured.authorizer.flush_denials()
+    authorizer = Authorizer(secured.store.acls, Metrics(), enabled=True, wall_ms=lambda: 5_000)
+    prefix = unique("flood")
+    for i in range(10_000):
+        authorizer.denied("DescribeGroups", BOB, Operation.DESCRIBE, f"{prefix}-{i}")
+    lone = unique("lone")
+    authorizer.denied("PutConnector", ALICE, Operation.ALTER, lone)
+    authorizer.denied("ListGroups", ALICE, Operation.DESCRIBE, CLUSTER_NAME, CLUSTER)
+    since = max((r["id"] for r in denial_events(secured.database_url)), default=0)
+    assert authorizer.flush_denials() == 3
+    rows = [r for r in denial_events(secured.database_url) if r["id"] > since]
+    assert len(rows) == 3, rows
+    by = {(r["payload"]["principal"], r["payload"]["operation"]): r for r in rows}
+    flood = by[(BOB, "DESCRIBE")]
+    assert flood["group_id"] == ""  # many groups
+    assert flood["payload"]["count"] == 10_000
+    assert flood["payload"]["rpcs"] == ["DescribeGroups"]
+    assert 1 <= len(flood["payload"]["groups"]) <= 10
+    assert all(g.startswith(prefix) for g in flood["payload"]["groups"])
+    assert flood["payload"]["distinct_groups"] >= 1_000
+    assert flood["payload"]["distinct_groups_capped"] is True
+    single = by[(ALICE, "ALTER")]
+    assert (single["group_id"], single["payload"]["count"]) == (lone, 1)
+    assert single["payload"]["groups"] == [lone] and single["payload"]["distinct_groups"] == 1
+    cluster = by[(ALICE, "DESCRIBE")]
+    assert cluster["group_id"] == "" and cluster["payload"]["resource_type"] == "CLUSTER"
+
+    # Through the server: one principal on 50 groups, another once, one flush, two rows.
+    secured.authorizer.flush_denials()
+    since = max((r["id"] for r in denial_events(secured.database_url)), default=0)
+    for i in range(50):
+        assert find(clients.bob, f"{prefix}-{i}").error_code == GROUP_AUTHORIZATION_FAILED
+    assert find(clients.alice, lone).error_code == GROUP_AUTHORIZATION_FAILED
+    assert secured.authorizer.flush_denials() == 2
+    rows = [r for r in denial_events(secured.database_url) if r["id"] > since]
+    counts = {r["payload"]["principal"]: (r["payload"]["count"], r["group_id"]) for r in rows}
+    assert counts == {BOB: (50, ""), ALICE: (1, lone)}
+
+
+def test_principals_past_the_bound_are_counted_in_one_overflow_row(
+    secured: InProcessCoordinator,
+) -> None:
+    secured.authorizer.flush_denials()
+    authorizer = Authorizer(secured.store.acls, Metrics(), enabled=True, wall_ms=lambda: 7_000)
+    group = unique("crowd")
+    extra = 7
+    for i in range(MAX_DENIAL_PRINCIPALS + extra):
+        for _ in range(2):
+            authorizer.denied("PutConnector", f"User:CN=p{i}", Operation.ALTER, group)
+    assert authorizer.flush_denials() == MAX_DENIAL_PRINCIPALS + 1
+    rows = denial_events(secured.database_url, {group})
+    assert len(rows) == MAX_DENIAL_PRINCIPALS + 1
+    [overflow] = [r for r in rows if r["payload"].get("overflow")]
+    assert overflow["payload"]["principal"] is None
+    assert overflow["payload"]["principals"] == extra
+    assert overflow["payload"]["count"] == 2 * extra
+    assert sum(r["payload"]["count"] for r in rows) == 2 * (MAX_DENIAL_PRINCIPALS + extra)
 
 
 def test_the_server_writes_the_denials_once_per_interval_by_itself(

@@ -24,20 +24,26 @@ class AclEntry(_message.Message):
     def __init__(self, principal: _Optional[str] = ..., operation: _Optional[str] = ..., resource_type: _Optional[str] = ..., pattern_type: _Optional[str] = ..., pattern: _Optional[str] = ..., permission: _Optional[str] = ...) -> None: ...
 
 class ListAclsRequest(_message.Message):
-    __slots__ = ("principal",)
+    __slots__ = ("principal", "page_size", "page_token")
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     principal: str
-    def __init__(self, principal: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, principal: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListAclsResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "entries")
+    __slots__ = ("error_code", "error_message", "entries", "next_page_token")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     entries: _containers.RepeatedCompositeFieldContainer[AclEntry]
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AddAclRequest(_message.Message):
     __slots__ = ("entry",)
