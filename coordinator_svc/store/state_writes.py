@@ -163,9 +163,7 @@ class WriteStatements:
             upsert_group=_upsert(db.insert, schema.groups),
             # Most metadata changes leave the Prepare snapshot (as large as the group) as it
             # was: they neither send nor rewrite it.
-            upsert_group_keep_prepared=_upsert(
-                db.insert, schema.groups, keep=("prepared", "created_by")
-            ),
+            upsert_group_keep_prepared=_upsert(db.insert, schema.groups, keep=("prepared",)),
             upsert_member=_upsert(db.insert, schema.members),
             upsert_connector=_upsert(db.insert, schema.connectors),
             upsert_target=_upsert(db.insert, schema.target_assignments),
