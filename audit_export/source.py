@@ -27,6 +27,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from connect_protocol.safe_text import SECRET_NAME, mask_url
+
 Dialect = Literal["postgresql", "sqlite"]
 
 DRIVERS: dict[Dialect, str] = {
@@ -48,10 +50,12 @@ class Source:
 
     Attributes:
         dialect: `postgresql` or `sqlite`.
-        jdbc_url: the JDBC URL, without credentials.
+        jdbc_url: the JDBC URL, without credentials or any other secret parameter.
         user: database user (PostgreSQL), or None.
         password: its password, or None.
-        display: the URL with the password hidden, for logs and the summary.
+        display: the URL with its secrets hidden, for logs and the summary.
+        secrets: the URL's other secret parameters (`sslpassword`, ...), passed to the driver
+            as connection properties rather than in the URL (which Spark shows in its plans).
     """
 
     dialect: Dialect
@@ -59,6 +63,7 @@ class Source:
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     display: str = ""
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def driver(self) -> str:
@@ -66,7 +71,7 @@ class Source:
 
     def options(self) -> dict[str, str]:
         """Connection options common to every read."""
-        opts = {"url": self.jdbc_url, "driver": self.driver}
+        opts = {**self.secrets, "url": self.jdbc_url, "driver": self.driver}
         if self.user is not None:
             opts["user"] = self.user
         if self.password is not None:
@@ -88,14 +93,14 @@ def source_from_url(url: str) -> Source:
             )
         host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         port = f":{parts.port}" if parts.port else ""
-        query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("user", "password")]
+        query, secrets = _split_secrets(parts.query)
         jdbc = f"jdbc:postgresql://{host}{port}{parts.path or '/'}"
         if query:
             jdbc += "?" + urlencode(query)
         params = dict(parse_qsl(parts.query))
         user = unquote(parts.username) if parts.username else params.get("user")
         password = unquote(parts.password) if parts.password else params.get("password")
-        return Source("postgresql", jdbc, user, password, _redact(url))
+        return Source("postgresql", jdbc, user, password, _redact(url), secrets)
     if scheme == "sqlite":
         # sqlite:///relative.db and sqlite:////absolute.db, as SQLAlchemy reads them.
         path = url.split("://", 1)[1]
@@ -108,17 +113,35 @@ def source_from_url(url: str) -> Source:
 
 def _from_jdbc(url: str) -> Source:
     if url.startswith("jdbc:postgresql:"):
-        return Source("postgresql", url, display=_redact(url))
+        base, _, raw_query = url.partition("?")
+        query, secrets = _split_secrets(raw_query)
+        params = dict(parse_qsl(raw_query))
+        jdbc = base + ("?" + urlencode(query) if query else "")
+        return Source(
+            "postgresql", jdbc, params.get("user"), params.get("password"), _redact(url), secrets
+        )
     if url.startswith("jdbc:sqlite:"):
         return Source("sqlite", url, display=url)
     raise SourceError(f"{_redact(url)}: unsupported JDBC URL (PostgreSQL or SQLite only)")
 
 
+def _split_secrets(raw_query: str) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """A URL query's parameters without `user`, `password` and any other secret (kept apart:
+    they go to the driver as connection properties), and those secrets but the two."""
+    query: list[tuple[str, str]] = []
+    secrets: dict[str, str] = {}
+    for key, value in parse_qsl(raw_query):
+        if key in ("user", "password"):
+            continue
+        if SECRET_NAME.search(key):
+            secrets[key] = value
+        else:
+            query.append((key, value))
+    return query, secrets
+
+
 def _redact(url: str) -> str:
-    parts = urlsplit(url.removeprefix("jdbc:"))
-    if parts.password is None:
-        return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    return mask_url(url)
 
 
 def with_credentials(source: Source, user: str | None, password: str | None) -> Source:
@@ -129,6 +152,7 @@ def with_credentials(source: Source, user: str | None, password: str | None) -> 
         user if user is not None else source.user,
         password if password is not None else source.password,
         source.display,
+        source.secrets,
     )
 
 

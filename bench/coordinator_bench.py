@@ -61,6 +61,7 @@ from connect.group.v1 import (  # noqa: E402
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
+from connect_protocol.safe_text import mask_url  # noqa: E402
 from tests.support.pgcluster import ThrowawayCluster, create_database, libpq_url  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -638,7 +639,7 @@ class Bench:
             "--log-level",
             a.log_level,
         ]
-        log(f"starting coordinator: {' '.join(serve[1:])}")
+        log(f"starting coordinator: {' '.join(mask_url(arg) for arg in serve[1:])}")
         self.coordinator = Child("coordinator", serve, RESULTS / "coordinator.log")
         self.stack.callback(self.coordinator.stop)
         self.note_state("coordinator_pid", str(self.coordinator.proc.pid))

@@ -53,6 +53,7 @@ from bench.coordinator_bench import (  # noqa: E402
     free_port,
     git_state,
 )
+from connect_protocol.safe_text import mask_url  # noqa: E402
 from tests.support.pgcluster import ThrowawayCluster, create_database, libpq_url  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -307,7 +308,9 @@ class Coordinator:
 
     def __init__(self, argv: list[str], label: str) -> None:
         self.log_file = open(COORDINATOR_LOG, "ab")  # noqa: SIM115 - closed in stop()
-        self.log_file.write(f"\n=== scale benchmark: {label}: {' '.join(argv)}\n".encode())
+        self.log_file.write(
+            f"\n=== scale benchmark: {label}: {' '.join(mask_url(a) for a in argv)}\n".encode()
+        )
         self.log_file.flush()
         self.started = time.monotonic()
         self.proc = subprocess.Popen(

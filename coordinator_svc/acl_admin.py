@@ -13,6 +13,7 @@ import sys
 
 from connect_protocol.errors import InvalidRequest
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol.safe_text import printable
 from connect_protocol.tls import add_client_tls_arguments
 
 from .core.acls import (
@@ -116,8 +117,10 @@ def _over_grpc(args: argparse.Namespace) -> int:
                     break
                 for e in listed.entries:
                     print(
-                        f"{e.permission} {e.principal} {e.operation} on {e.resource_type} "
-                        f"{e.pattern_type} {e.pattern!r}"
+                        printable(
+                            f"{e.permission} {e.principal} {e.operation} on {e.resource_type} "
+                            f"{e.pattern_type} {e.pattern!r}"
+                        )
                     )
                 if not listed.next_page_token:
                     return 0
@@ -141,10 +144,12 @@ def _over_grpc(args: argparse.Namespace) -> int:
             answer = changed
             if changed.error_code == 0:
                 verb = {"add": ("added", "already there"), "remove": ("removed", "no such entry")}
-                print(f"{verb[args.acl_command][0 if changed.changed else 1]}: {entry.describe()}")
+                done = verb[args.acl_command][0 if changed.changed else 1]
+                print(f"{done}: {printable(entry.describe())}")
                 return 0 if changed.changed or args.acl_command == "add" else 1
     code = common_pb2.ErrorCode.Name(answer.error_code)  # type: ignore[attr-defined]
-    print(f"error: {code}: {answer.error_message}", file=sys.stderr)  # type: ignore[attr-defined]
+    message = printable(answer.error_message)  # type: ignore[attr-defined]
+    print(f"error: {code}: {message}", file=sys.stderr)
     return 1
 
 
@@ -153,7 +158,8 @@ def acl_cmd(args: argparse.Namespace) -> int:
         try:
             return _over_grpc(args)
         except InvalidRequest as error:
-            print(f"coordinator-svc acl {args.acl_command}: {error.message}", file=sys.stderr)
+            message = printable(error.message)
+            print(f"coordinator-svc acl {args.acl_command}: {message}", file=sys.stderr)
             return 2
     from .store.acl_store import AclStore, local_caller
     from .store.engine import Database
@@ -170,23 +176,24 @@ def acl_cmd(args: argparse.Namespace) -> int:
             _, entries = store.load()
             for entry in entries:
                 if args.principal is None or entry.principal == args.principal:
-                    print(entry.describe())
+                    print(printable(entry.describe()))
             return 0
         try:
             entry = _entry(args)
         except InvalidRequest as error:
-            print(f"coordinator-svc acl {args.acl_command}: {error.message}", file=sys.stderr)
+            message = printable(error.message)
+            print(f"coordinator-svc acl {args.acl_command}: {message}", file=sys.stderr)
             return 2
         caller = local_caller()  # recorded as the change's principal and address
         if args.acl_command == "add":
             added = store.add(entry, caller)
-            print(("added: " if added else "already there: ") + entry.describe())
+            print(("added: " if added else "already there: ") + printable(entry.describe()))
             return 0
         removed = store.remove(entry, caller)
         if not removed:
-            print(f"no such entry: {entry.describe()}", file=sys.stderr)
+            print(f"no such entry: {printable(entry.describe())}", file=sys.stderr)
             return 1
-        print(f"removed: {entry.describe()}")
+        print(f"removed: {printable(entry.describe())}")
         return 0
     finally:
         db.dispose()

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from connect_protocol.errors import ErrorCode
+from connect_protocol.safe_text import printable
 
 #: The answers that mean "ask FindCoordinator and try the owner".
 _NOT_HERE = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
@@ -74,7 +75,7 @@ def _check(resp: Any) -> int:
         from connect.group.v1 import common_pb2
 
         name = common_pb2.ErrorCode.Name(resp.error_code)
-        print(f"error: {name}: {resp.error_message}", file=sys.stderr)
+        print(f"error: {name}: {printable(resp.error_message)}", file=sys.stderr)
         return 1
     return 0
 
@@ -118,7 +119,8 @@ def list_groups(args: argparse.Namespace) -> int:
                 print(f"{'GROUP':<30} {'STATE':<12} {'EPOCH':>6} {'MEMBERS':>8}")
                 header = False
             for g in resp.groups:
-                print(f"{g.group_id:<30} {g.state:<12} {g.group_epoch:>6} {g.member_count:>8}")
+                group_id, state = printable(g.group_id), printable(g.state)
+                print(f"{group_id:<30} {state:<12} {g.group_epoch:>6} {g.member_count:>8}")
             token = resp.next_page_token
             if not token:
                 return 0
@@ -174,5 +176,5 @@ def alter_configs_cmd(args: argparse.Namespace) -> int:
     if _check(resp):
         return 1
     for key, value in sorted(resp.effective_configs.items()):
-        print(f"{key}={value}")
+        print(f"{printable(key)}={printable(value)}")
     return 0

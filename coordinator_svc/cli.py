@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from connect_protocol.configs import MAX_CONFIG_VALUE
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
+from connect_protocol.safe_text import mask_urls_in, printable
 from connect_protocol.tls import (
     TlsConfigError,
     add_client_tls_arguments,
@@ -710,7 +711,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # the CLI reports, it does not dump a traceback on bad input
         if os.environ.get("COORDINATOR_DEBUG"):
             raise
-        print(f"coordinator-svc {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+        shown = printable(mask_urls_in(str(error)))  # it may echo a server's text or a URL
+        print(f"coordinator-svc {args.command}: {type(error).__name__}: {shown}", file=sys.stderr)
         return 1
 
 

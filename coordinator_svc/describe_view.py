@@ -1,12 +1,15 @@
-"""Render a DescribedGroup as a readable table for `coordinator-svc describe`."""
+"""Render a DescribedGroup as a readable table for `coordinator-svc describe`. Every string the
+server sent is shown through `printable` (its control characters escaped)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from connect_protocol.safe_text import printable as _p
+
 
 def _names(cat: Any) -> str:
-    items = list(cat.connectors) + [f"{t.connector}-{t.task}" for t in cat.tasks]
+    items = [_p(c) for c in cat.connectors] + [f"{_p(t.connector)}-{t.task}" for t in cat.tasks]
     return ", ".join(items) if items else "-"
 
 
@@ -14,7 +17,7 @@ def _tokens(tokens: Any) -> str:
     """Resources that share a token (one grant) together: "A, A-0: 7; B-1: 9"."""
     by_token: dict[int, list[str]] = {}
     for t in tokens:
-        name = f"{t.connector}-{t.task}" if t.HasField("task") else t.connector
+        name = f"{_p(t.connector)}-{t.task}" if t.HasField("task") else _p(t.connector)
         by_token.setdefault(t.token, []).append(name)
     return (
         "; ".join(f"{', '.join(names)}: {token}" for token, names in sorted(by_token.items()))
@@ -24,15 +27,16 @@ def _tokens(tokens: Any) -> str:
 
 def render_group(group: Any, now_ms: int) -> str:
     lines = [
-        f"Group {group.group_id} ({group.group_type})  state {group.state}",
+        f"Group {_p(group.group_id)} ({_p(group.group_type)})  state {_p(group.state)}",
         f"  group epoch {group.group_epoch}   assignment (target) epoch {group.assignment_epoch}",
     ]
     if group.assignor_member_id:
         lines.append(
-            f"  assignor {group.assignor_name or '?'} computed by member {group.assignor_member_id}"
+            f"  assignor {_p(group.assignor_name) or '?'} computed by member "
+            f"{_p(group.assignor_member_id)}"
         )
     elif group.assignor_unavailable_reason:
-        lines.append(f"  no assignor: {group.assignor_unavailable_reason}")
+        lines.append(f"  no assignor: {_p(group.assignor_unavailable_reason)}")
     if group.HasField("scheduled_rebalance_at_ms"):
         left = (group.scheduled_rebalance_at_ms - now_ms) / 1000
         lines.append(
@@ -50,16 +54,16 @@ def render_group(group: Any, now_ms: int) -> str:
         lines.append("  no delayed rebalance pending")
     if group.last_assignment_error:
         lines.append(
-            f"  last assignment error {group.last_assignment_error}: "
-            f"{group.last_assignment_error_message}"
+            f"  last assignment error {_p(group.last_assignment_error)}: "
+            f"{_p(group.last_assignment_error_message)}"
         )
-    catalogue = ", ".join(f"{c.name} ({c.task_count} tasks)" for c in group.catalogue)
+    catalogue = ", ".join(f"{_p(c.name)} ({c.task_count} tasks)" for c in group.catalogue)
     lines.append(f"  catalogue: {catalogue or 'empty'}")
     for c in group.catalogue:
         if c.config:
-            config = ", ".join(f"{k}={v}" for k, v in sorted(c.config.items()))
-            lines.append(f"    {c.name} config ({c.config_digest[:19]}): {config}")
-    configs = ", ".join(f"{k}={v}" for k, v in sorted(group.group_configs.items()))
+            config = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(c.config.items()))
+            lines.append(f"    {_p(c.name)} config ({_p(c.config_digest[:19])}): {config}")
+    configs = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(group.group_configs.items()))
     lines.append(f"  configs: {configs}")
     header = (
         "MEMBER",
@@ -73,10 +77,10 @@ def render_group(group: Any, now_ms: int) -> str:
     )
     rows = [header] + [
         (
-            m.member_id,
-            m.instance_id if m.HasField("instance_id") else "-",
+            _p(m.member_id),
+            _p(m.instance_id) if m.HasField("instance_id") else "-",
             str(m.member_epoch),
-            m.state,
+            _p(m.state),
             _names(m.current_assignment),
             _names(m.pending_revocation),
             _names(m.target_assignment),

@@ -300,12 +300,10 @@ def _warn_about_security(args: argparse.Namespace, tls: ServerTls | None) -> Non
 
 
 def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
-    return url
+    """The database URL as logged: its password and secret query parameters masked."""
+    from connect_protocol.safe_text import mask_url
+
+    return mask_url(url)
 
 
 def migrate(args: argparse.Namespace) -> int:

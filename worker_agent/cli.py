@@ -25,6 +25,7 @@ from connect_protocol import logs
 from connect_protocol.env import env_default
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
 from connect_protocol.resources import ResourceSet
+from connect_protocol.safe_text import printable
 from connect_protocol.tls import (
     TlsConfigError,
     add_client_tls_arguments,
@@ -46,7 +47,12 @@ from .listener import (
 from .membership import RELEASE_HEARTBEAT_GAP_MS
 from .metrics import AgentMetrics, MetricsServer
 from .runtime import Agent, AgentSettings
-from .status import DEFAULT_LEAVE_TIMEOUT_S, MAX_LEAVE_TIMEOUT_S, StatusServer
+from .status import (
+    DEFAULT_LEAVE_TIMEOUT_S,
+    MAX_LEAVE_TIMEOUT_S,
+    STATE_CHANGE_HEADER,
+    StatusServer,
+)
 
 log = logging.getLogger("worker_agent")
 
@@ -399,7 +405,10 @@ def leave(args: argparse.Namespace) -> int:
         return 2
     query = urllib.parse.urlencode({"timeout_s": f"{args.timeout_s:g}"})
     url = f"{args.status_url.rstrip('/')}/leave?{query}"
-    request = urllib.request.Request(url, data=b"", method="POST")
+    # The header the agent requires of every state-changing request (a web page cannot send it).
+    request = urllib.request.Request(
+        url, data=b"", method="POST", headers={STATE_CHANGE_HEADER: "leave"}
+    )
     try:
         # The answer comes once the agent has left, or after timeout_s: a little longer here.
         with urllib.request.urlopen(request, timeout=args.timeout_s + 5) as resp:
@@ -415,6 +424,7 @@ def leave(args: argparse.Namespace) -> int:
         detail = str(json.loads(body).get("detail") or json.loads(body).get("error") or body)
     except (ValueError, AttributeError):
         detail = body.strip()
+    detail = printable(detail)  # the endpoint's text: no control character reaches the terminal
     if 200 <= code < 300:
         print(f"worker-agent leave: {detail}")
         return 0

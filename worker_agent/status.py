@@ -16,12 +16,23 @@ run changes and `set_not_ready` when it stops being a member (fenced, leaving); 
 - ``POST /leave`` (``?timeout_s=S``, default `DEFAULT_LEAVE_TIMEOUT_S`): the same graceful stop
   as SIGTERM (revoke everything through the listener, then leave the group), answered once it
   has finished: 200 ``{"left": true, ...}``; 504 ``{"left": false, ...}`` if it has not within
-  S seconds (it goes on). Only from the same pod: the caller's address must be a loopback one
-  or the address it connected to (a container of the same pod dialling the pod's IP); 403
-  otherwise. This is what a worker container's ``preStop`` hook calls (``worker-agent leave``),
-  so that its work is revoked while the worker still runs, before either container gets
-  SIGTERM. 404 when the agent installed no handler (`set_leave_handler`).
+  S seconds (it goes on). This is what a worker container's ``preStop`` hook calls
+  (``worker-agent leave``), so that its work is revoked while the worker still runs, before
+  either container gets SIGTERM. 404 when the agent installed no handler (`set_leave_handler`).
 - anything else: 404 with a JSON error.
+
+Every request that changes state (every POST: ``/leave`` today, any later one too) must pass
+`refusal_of_state_change`, else it is answered 403 ``{"error", "rule"}`` naming the rule broken:
+
+- ``same-pod-address``: the caller's address is a loopback one or the address it connected to
+  (a container of the same pod dialling the pod's IP);
+- ``host``: the Host header names a loopback address, ``localhost`` or the address connected
+  to (a web page whose name was rebound to 127.0.0.1 sends its own name: DNS rebinding);
+- ``cross-site``: no ``Origin`` but one naming the Host itself, no ``Sec-Fetch-Site`` but
+  ``same-origin`` or ``none`` (a browser's request made by another site);
+- ``header``: ``X-Worker-Agent`` names the endpoint (``X-Worker-Agent: leave``). A browser
+  sends a custom header cross-site only after a CORS preflight (OPTIONS), which this server
+  never approves, so a web page cannot make a local agent leave.
 """
 
 from __future__ import annotations
@@ -35,14 +46,21 @@ import math
 import socket
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from connect_protocol.resources import EMPTY, ResourceSet
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
-__all__ = ["DEFAULT_LEAVE_TIMEOUT_S", "LeaveHandler", "StatusServer", "same_pod"]
+__all__ = [
+    "DEFAULT_LEAVE_TIMEOUT_S",
+    "STATE_CHANGE_HEADER",
+    "LeaveHandler",
+    "StatusServer",
+    "refusal_of_state_change",
+    "same_pod",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -52,6 +70,10 @@ DEFAULT_LEAVE_TIMEOUT_S = 60.0
 MAX_LEAVE_TIMEOUT_S = 3600.0
 #: Leave and wait up to the given seconds; returns (left, what happened or what is left to do).
 LeaveHandler = Callable[[float], tuple[bool, str]]
+#: The header every state-changing request carries, naming its endpoint (`X-Worker-Agent: leave`).
+STATE_CHANGE_HEADER = "X-Worker-Agent"
+#: Sec-Fetch-Site values of a request that no other site made.
+_SAME_SITE_FETCHES = ("same-origin", "none")
 
 
 class StatusServer:
@@ -283,6 +305,64 @@ def same_pod(peer: str, local: str) -> bool:
     return address == dialled
 
 
+def _unmapped(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        parsed = ipaddress.ip_address(address.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        return parsed.ipv4_mapped
+    return parsed
+
+
+def _host_is_local(host: str, local: str) -> bool:
+    """Whether a Host header (`name[:port]`, `[v6]:port`) names this pod: a loopback address,
+    `localhost`, or the address the request came in on."""
+    name = host.strip()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else ""
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.rstrip(".").lower()
+    if name == "localhost":
+        return True
+    address = _unmapped(name)
+    if address is None:
+        return False
+    return address.is_loopback or address == _unmapped(local)
+
+
+def refusal_of_state_change(
+    peer: str, local: str, path: str, headers: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """None if a request that changes state (`path`, e.g. /leave) may run, else the rule it
+    breaks and why: (`same-pod-address` | `host` | `cross-site` | `header`, sentence). The one
+    gate of every state-changing endpoint; see the module docstring for the rules."""
+    if not same_pod(peer, local):
+        return "same-pod-address", f"POST {path} is accepted from the same pod only"
+    host = headers.get("Host") or ""
+    if not _host_is_local(host, local):
+        return (
+            "host",
+            f"POST {path} needs a Host header that is a loopback address, localhost or the "
+            f"pod's own address, not {host!r}",
+        )
+    origin = headers.get("Origin")
+    if origin is not None and origin.rstrip("/").lower() != f"http://{host}".lower():
+        return "cross-site", f"POST {path} refuses a request from another origin ({origin!r})"
+    fetch_site = headers.get("Sec-Fetch-Site")
+    if fetch_site is not None and fetch_site.lower() not in _SAME_SITE_FETCHES:
+        return "cross-site", f"POST {path} refuses a request made by another site ({fetch_site})"
+    endpoint = path.strip("/")
+    if (headers.get(STATE_CHANGE_HEADER) or "").strip().lower() != endpoint:
+        return (
+            "header",
+            f"POST {path} needs the header '{STATE_CHANGE_HEADER}: {endpoint}' "
+            "(worker-agent leave sends it)",
+        )
+    return None
+
+
 def _handler_for(server: StatusServer) -> type[_StatusHandler]:
     return type("StatusHandler", (_StatusHandler,), {"status": server})
 
@@ -316,11 +396,14 @@ class _StatusHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if 0 < length <= 65536:
             self.rfile.read(length)  # a body is allowed, and ignored
+        # Every POST changes state: each passes the same gate, before it is even routed.
+        refusal = self._refusal_of_state_change(split.path)
+        if refusal is not None:
+            rule, why = refusal
+            self._send_json(403, {"error": why, "rule": rule})
+            return
         if split.path != "/leave":
             self._send_json(404, {"error": "not found", "path": split.path})
-            return
-        if not self._from_same_pod():
-            self._send_json(403, {"error": "POST /leave is accepted from the same pod only"})
             return
         query = urllib.parse.parse_qs(split.query)
         try:
@@ -335,11 +418,16 @@ class _StatusHandler(BaseHTTPRequestHandler):
         code, body = self.status._leave(timeout_s)
         self._send_json(code, body)
 
-    def _from_same_pod(self) -> bool:
+    def _refusal_of_state_change(self, path: str) -> tuple[str, str] | None:
         local = ""
         with contextlib.suppress(OSError):
             local = str(self.connection.getsockname()[0])
-        return same_pod(str(self.client_address[0]), local)
+        headers = {
+            name: value
+            for name in ("Host", "Origin", "Sec-Fetch-Site", STATE_CHANGE_HEADER)
+            if (value := self.headers.get(name)) is not None
+        }
+        return refusal_of_state_change(str(self.client_address[0]), local, path, headers)
 
     def _send_json(self, code: int, body: dict[str, Any]) -> None:
         self._send(code, "application/json", json.dumps(body).encode())

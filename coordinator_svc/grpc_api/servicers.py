@@ -55,8 +55,16 @@ from ..core.validation import (
     validate_text,
 )
 from ..runtime.authorizer import Authorizer
-from ..runtime.groups import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, GroupManager, NotOwner
+from ..runtime.groups import (
+    DATABASE_MODULES,
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    GroupManager,
+    NotOwner,
+    database_unavailable,
+)
 from ..runtime.quotas import PrincipalQuotas
+from ..store import StoreUnavailable
 from ..store.acl_store import AclCaller
 from . import convert
 from .context import CallIdentity, Context
@@ -82,9 +90,15 @@ R = TypeVar("R")  # a response message
 def _error_pair(error: BaseException) -> tuple[ErrorCode, str]:
     if isinstance(error, CoordinatorError):
         return error.code, error.message
+    if isinstance(error, StoreUnavailable):  # transient: the client retries
+        unavailable = database_unavailable(error)
+        return unavailable.code, unavailable.message
     log.error("unexpected error", exc_info=error)
+    named = type(error).__name__
+    if type(error).__module__.split(".")[0] in DATABASE_MODULES:
+        named = "a database error"  # the driver's names and text stay in the log
     return ErrorCode.UNKNOWN_SERVER_ERROR, (
-        f"internal error ({type(error).__name__}); the coordinator's log has the details."
+        f"internal error ({named}); the coordinator's log has the details."
     )
 
 

@@ -38,6 +38,37 @@ from .timer_service import TimerService
 
 log = logging.getLogger("coordinator")
 
+#: How often a database failure met by requests is logged (with its detail) at most.
+UNAVAILABLE_LOG_INTERVAL_S = 10.0
+_unavailable_logged = {"at": -UNAVAILABLE_LOG_INTERVAL_S}
+#: Modules whose exceptions carry the database's or the driver's text.
+DATABASE_MODULES = ("sqlalchemy", "psycopg", "sqlite3", "alembic")
+
+
+def database_unavailable(error: StoreUnavailable) -> CoordinatorNotAvailable:
+    """What a client is told of a database failure: its kind, no host, port or driver text
+    (those are logged, at most every UNAVAILABLE_LOG_INTERVAL_S)."""
+    now = time.monotonic()
+    if now - _unavailable_logged["at"] >= UNAVAILABLE_LOG_INTERVAL_S:
+        _unavailable_logged["at"] = now
+        log.warning(
+            "a request failed: %s",
+            error,
+            extra=fields(event="database_unavailable", kind=error.kind),
+        )
+    return CoordinatorNotAvailable(error.client_message)
+
+
+def _failure_for_client(error: Exception) -> str:
+    """A failure named for a client: the database's failure kind, or the exception's type
+    unless it comes from the database's libraries (their names are driver text)."""
+    if isinstance(error, StoreUnavailable):
+        return error.client_message.removesuffix("; retry.")
+    if type(error).__module__.split(".")[0] in DATABASE_MODULES:
+        return "a database error"
+    return type(error).__name__
+
+
 R = TypeVar("R")
 Handler = Callable[[GroupState | None, int], Result[R]]
 
@@ -366,7 +397,7 @@ class GroupManager:
         try:
             created = self.store.count_groups_created_by(principal)
         except StoreUnavailable as error:
-            raise CoordinatorNotAvailable("the database is unavailable; retry.") from error
+            raise database_unavailable(error) from error
         if created >= limit:
             raise PolicyViolation(
                 f"{principal} has created {created:,} groups, the most one principal may "
@@ -388,7 +419,7 @@ class GroupManager:
             try:
                 found |= self.store.existing_group_ids(ask)
             except StoreUnavailable as error:
-                raise CoordinatorNotAvailable("the database is unavailable; retry.") from error
+                raise database_unavailable(error) from error
         return found
 
     def _fail_unanswered(self, batch: list[_Pending], group_id: str) -> None:
@@ -420,7 +451,7 @@ class GroupManager:
         try:
             summaries = self.store.group_summaries(page_token, size + 1)
         except StoreUnavailable as error:
-            raise CoordinatorNotAvailable(f"the database is unavailable: {error}") from error
+            raise database_unavailable(error) from error
         page = [ListedGroup.of(s) for s in summaries[:size]]
         return page, (page[-1].group_id if len(summaries) > size else "")
 
@@ -445,7 +476,7 @@ class GroupManager:
                 got = self.store.try_acquire(group_id, held)
                 self._kept_leases.pop(group_id, None)
             except StoreUnavailable as error:
-                raise CoordinatorNotAvailable(f"the database is unavailable: {error}") from error
+                raise database_unavailable(error) from error
             if isinstance(got, LeaseHolder):
                 # Ours no more: the group in memory, or the lease kept after a failed commit.
                 if (owned is not None and self._drop(group_id, owned)) or (
@@ -633,7 +664,7 @@ class GroupManager:
             )
             raise CoordinatorNotAvailable(
                 f"could not persist the change to group {group_id!r} "
-                f"({type(error).__name__}; the coordinator's log has the details); retry."
+                f"({_failure_for_client(error)}; the coordinator's log has the details); retry."
             ) from error
         self._observe(records)
 

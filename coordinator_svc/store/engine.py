@@ -17,8 +17,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from connect_protocol.safe_text import mask_urls_in
+
 from . import schema
-from .errors import StoreUnavailable
+from .errors import StoreUnavailable, failure_kind
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 POSTGRES_CONNECT_TIMEOUT_S = 5
@@ -34,6 +36,11 @@ class _Progress:
 
     statements: int = 0
     lost_connection: bool = False
+
+
+def _detail(what: str, error: BaseException | None) -> str:
+    """A failure's detail for the log: the driver's text, any URL or password in it masked."""
+    return f"{what}: {mask_urls_in(str(error))}"
 
 
 def _count_statements(engine: sa.Engine) -> None:
@@ -169,13 +176,19 @@ class Database:
         except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.InternalError) as error:
             # InternalError: e.g. the server ended a session left idle in its transaction.
             progress.lost_connection = bool(error.connection_invalidated)
-            raise StoreUnavailable(f"database unavailable: {error.orig}") from error
+            kind = failure_kind(error.orig)
+            if kind == "unavailable" and error.connection_invalidated:
+                kind = "connection lost"
+            raise StoreUnavailable(_detail("database unavailable", error.orig), kind) from error
         except (sa_exc.TimeoutError, sa_exc.DisconnectionError) as error:
-            raise StoreUnavailable(f"database unavailable: {error}") from error
+            kind = "pool exhausted" if isinstance(error, sa_exc.TimeoutError) else "connection lost"
+            raise StoreUnavailable(_detail("database unavailable", error), kind) from error
         except sa_exc.DBAPIError as error:
             if error.connection_invalidated:
                 progress.lost_connection = True
-                raise StoreUnavailable(f"database connection lost: {error.orig}") from error
+                raise StoreUnavailable(
+                    _detail("database connection lost", error.orig), "connection lost"
+                ) from error
             raise
 
     def retrying(self, write: bool, body: Callable[[Connection], T]) -> T:

@@ -71,4 +71,73 @@ class LeaseLost(StoreError):
 class StoreUnavailable(StoreError):
     """The database could not be reached or refused the operation transiently (connection lost,
     pool exhausted, lock or serialization failure); nothing was written. The DBAPI error is the
-    `__cause__`."""
+    `__cause__`.
+
+    `str()` is the detail, for the log only (it may name the database's host and port and
+    carry the driver's text); `client_message` is what a client is told: the kind of failure
+    (`failure_kind`), without addresses or driver text.
+    """
+
+    def __init__(self, detail: str, kind: str = "unavailable") -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+    @property
+    def client_message(self) -> str:
+        return f"the database is unavailable ({self.kind}); retry."
+
+
+#: PostgreSQL SQLSTATE codes (and classes, by their first two characters) named for clients.
+_SQLSTATE_KINDS = {
+    "55P03": "lock timeout",
+    "40001": "serialization failure",
+    "40P01": "deadlock",
+    "57014": "statement cancelled",
+    "25P03": "idle transaction ended",
+    "53300": "too many connections",
+    "57P01": "server shutting down",
+    "57P02": "server shutting down",
+    "57P03": "server starting or stopping",
+    "28P01": "authentication failed",
+    "28000": "authentication failed",
+    "3D000": "no such database",
+}
+_SQLSTATE_CLASS_KINDS = {"08": "connection failure", "53": "server out of resources"}
+
+#: Fragments of a driver's message (lower case) and the kind they mean, tried in order.
+_TEXT_KINDS = (
+    ("connection refused", "connection refused"),
+    ("timeout expired", "connection timed out"),
+    ("timed out", "connection timed out"),
+    ("could not translate host name", "host name not resolved"),
+    ("name or service not known", "host name not resolved"),
+    ("no route to host", "host unreachable"),
+    ("network is unreachable", "host unreachable"),
+    ("server closed the connection", "connection lost"),
+    ("connection is closed", "connection lost"),
+    ("consuming input failed", "connection lost"),
+    ("terminating connection", "connection lost"),
+    ("database is locked", "lock timeout"),
+    ("lock timeout", "lock timeout"),
+    ("password authentication failed", "authentication failed"),
+    ("too many clients", "too many connections"),
+    ("does not exist", "no such database"),
+)
+
+
+def failure_kind(error: BaseException | None) -> str:
+    """A short name for why the database failed (`connection refused`, `lock timeout`, ...),
+    worked out from the driver's SQLSTATE or message, with no address or driver text in it;
+    `unavailable` when nothing more is known."""
+    if error is None:
+        return "unavailable"
+    state = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
+    if isinstance(state, str) and state:
+        kind = _SQLSTATE_KINDS.get(state) or _SQLSTATE_CLASS_KINDS.get(state[:2])
+        if kind is not None:
+            return kind
+    text = str(error).lower()
+    for fragment, kind in _TEXT_KINDS:
+        if fragment in text:
+            return kind
+    return "unavailable"

@@ -19,13 +19,14 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
+from connect_protocol.safe_text import mask_urls_in
 from coordinator_svc.core.model import GroupState
 from coordinator_svc.core.records import Record
 
 from . import state_writes
 from .acl_store import AclStore
 from .engine import Database
-from .errors import Lease, LeaseHolder, StoreUnavailable
+from .errors import Lease, LeaseHolder, StoreUnavailable, failure_kind
 from .leases import Leases
 from .migrate import normalize_url, read_revisions, upgrade_to_head
 from .reads import GroupSummary, Reads
@@ -75,7 +76,9 @@ class SqlStore:
         try:
             upgrade_to_head(self.url)
         except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
-            raise StoreUnavailable(f"database unavailable: {error.orig}") from error
+            raise StoreUnavailable(
+                f"database unavailable: {mask_urls_in(str(error.orig))}", failure_kind(error.orig)
+            ) from error
 
     def schema_revisions(self) -> tuple[str, ...]:
         """The database's schema revisions (empty: never migrated), read on the store's own

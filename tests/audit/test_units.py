@@ -168,3 +168,23 @@ def test_the_report_says_whether_the_catalogue_holds_config_values() -> None:
     assert "digests only" in report.render_html({**summary, "connector_configs": "digests"}, [])
     shown = report.render_html({**summary, "connector_configs": "values"}, [])
     assert "digests and values (--include-config-values)" in shown
+
+
+def test_secrets_of_a_url_stay_out_of_the_jdbc_url_and_the_display() -> None:
+    """Spark shows the JDBC URL in its plans: the password and other secret parameters go to the
+    driver as connection properties, and the display masks them."""
+    for url in (
+        "jdbc:postgresql://db.example:5432/coord?user=audit&password=pw1&sslpassword=pw2&ssl=true",
+        "postgresql+psycopg://audit:pw1@db.example:5432/coord?sslpassword=pw2&ssl=true",
+        "postgresql://db.example:5432/coord?user=audit&password=pw1&sslpassword=pw2&ssl=true",
+    ):
+        s = source_from_url(url)
+        assert "pw1" not in s.jdbc_url and "pw2" not in s.jdbc_url, s.jdbc_url
+        assert "pw1" not in s.display and "pw2" not in s.display, s.display
+        assert "ssl=true" in s.jdbc_url and "db.example:5432" in s.display
+        options = s.options()
+        assert (options["user"], options["password"], options["sslpassword"]) == (
+            "audit",
+            "pw1",
+            "pw2",
+        )

@@ -732,6 +732,12 @@ def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_gra
     # ... and the README's formula gives the same numbers.
     readme = (K8S / "README.md").read_text()
     assert f"--timeout-s={wait_s:g}" in readme and f"= {grace} s" in readme
+    # The curl the manifest and the README offer instead sends the header the agent requires
+    # of every state-changing request (`worker-agent leave` sends it: test_leave_cross_site).
+    sample = (K8S / "components" / "sample-workers" / "statefulset.yaml").read_text()
+    for text in (sample, readme):
+        curls = [c for c in " ".join(text.split()).split("curl ")[1:] if "/leave" in c[:200]]
+        assert curls and all("-H 'X-Worker-Agent: leave'" in c[:200] for c in curls), curls
     # A rolling restart must be back before the coordinator's session timeout expires the
     # departed static member (the coordinator's config, which the agent learns from it).
     [(coordinator, container)] = r.pods_running(*COORDINATOR)

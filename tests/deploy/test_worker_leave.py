@@ -25,8 +25,12 @@ from worker_agent.status import StatusServer, same_pod
 BIN = Path(sys.executable).parent
 
 
-def _post(url: str, body: bytes = b"", timeout_s: float = 10) -> tuple[int, dict[str, object]]:
-    request = urllib.request.Request(url, data=body, method="POST")
+def _post(
+    url: str, body: bytes = b"", timeout_s: float = 10, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, object]]:
+    """POST as the pod's own callers do (with the agent's header, unless `headers` say)."""
+    sent = {"X-Worker-Agent": "leave"} if headers is None else headers
+    request = urllib.request.Request(url, data=body, method="POST", headers=sent)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             return int(resp.status), json.loads(resp.read())
@@ -88,7 +92,11 @@ def test_post_leave_answers_once_the_agent_has_left_or_504_after_the_timeout(
     assert calls[-1] == 60.0
     for bad in ("0", "-1", "nan", "x", "3601"):
         assert _post(f"{url}?timeout_s={bad}")[0] == 400, bad
-    assert _post(f"http://127.0.0.1:{status.port}/elsewhere")[0] == 404
+    assert (
+        _post(f"http://127.0.0.1:{status.port}/elsewhere", headers={"X-Worker-Agent": ""})[0] == 403
+    )  # every POST passes the same gate first
+    code, body = _post(url, headers={})
+    assert code == 403 and body["rule"] == "header", body
     # The read-only endpoints are as they were.
     with urllib.request.urlopen(f"http://127.0.0.1:{status.port}/healthz", timeout=5) as resp:
         assert resp.status == 200
