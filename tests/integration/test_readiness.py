@@ -25,6 +25,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 from sqlalchemy.engine import make_url
 
+from coordinator_svc.store.migrate import code_revisions
 from tests.support.client import put_connector
 from tests.support.coordinator import REPO, CoordinatorProcess, Stubs
 from tests.support.pgcluster import libpq_url
@@ -32,7 +33,7 @@ from tests.support.tcp_proxy import CutMode, TcpProxy
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-HEAD = "0004"
+HEAD = code_revisions()[0]  # this code's head: what "at head" means
 LEASE_MS = 4_000  # probe every 1.33 s (every 0.4 s while failing), evaluated every 0.4 s
 ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}"}
 
@@ -276,8 +277,8 @@ def direct(database_url: str, tmp_path: Path) -> Iterator[tuple[CoordinatorProce
 @pytest.mark.parametrize(
     ("revision", "words"),
     [
-        ("0005_future", "schema at 0005_future, code expects 0004 (a newer release"),
-        ("0003", "schema at 0003, code expects 0004 (run `coordinator-svc migrate`)"),
+        ("9999_future", f"schema at 9999_future, code expects {HEAD} (a newer release"),
+        ("0003", f"schema at 0003, code expects {HEAD} (run `coordinator-svc migrate`)"),
     ],
     ids=["ahead", "behind"],
 )
@@ -309,7 +310,7 @@ def test_serve_starts_on_a_newer_schema_not_serving_unless_allowed(
     try to migrate it nor crash; it starts with readiness NOT_SERVING and says why, unless
     --allow-newer-schema."""
     migrate(database_url)
-    stamp(database_url, "0005_future")
+    stamp(database_url, "9999_future")
     log = tmp_path / "coordinator.log"
     coordinator = CoordinatorProcess(database_url, "--lease-ms", "1500", log_path=log)
     allowed = CoordinatorProcess(
@@ -326,10 +327,10 @@ def test_serve_starts_on_a_newer_schema_not_serving_unless_allowed(
         time.sleep(1.0)
         assert check(stubs, "")[0] == NOT_SERVING
         assert check(stubs, "readiness")[0] == NOT_SERVING
-        assert grep(log, "schema at 0005_future", "starting without migrating")
-        assert grep(log, "schema at 0005_future, code expects 0004", "readiness NOT_SERVING")
+        assert grep(log, "schema at 9999_future", "starting without migrating")
+        assert grep(log, f"schema at 9999_future, code expects {HEAD}", "readiness NOT_SERVING")
         allowed.start()  # waits for "" SERVING
-        assert grep(tmp_path / "allowed.log", "newer than 0004 (accepted)", "readiness SERVING")
+        assert grep(tmp_path / "allowed.log", f"newer than {HEAD} (accepted)", "readiness SERVING")
         # Once the code and the schema agree, it is SERVING by itself.
         stamp(database_url, HEAD)
         wait_for(stubs, "", SERVING, timeout_s=5)
