@@ -72,3 +72,8 @@ class StoreUnavailable(StoreError):
     """The database could not be reached or refused the operation transiently (connection lost,
     pool exhausted, lock or serialization failure); nothing was written. The DBAPI error is the
     `__cause__`."""
+
+
+class SecretMissing(StoreError):
+    """A secret the coordinator needs is not in `coordinator_secrets` (the schema is not migrated
+    to revision 0005, or the row was deleted): the coordinator must not start without it."""
