@@ -16,7 +16,9 @@ Output layout under the output path (every table Parquet, partitioned by export 
 
 Connector configs carry secrets: the catalogue has each connector's config digest and its values
 only with `include_config_values`; the events are written as stored, and a CONNECTOR_PUT's
-payload has `config_changed` and the new `config_digest`, never values.
+payload has `config_changed` and the new `config_digest`, never values. A digest is an HMAC under
+the database's key (migration 0005), which the export never reads (`source.WITHHELD`); events
+and exports written before 0005 keep their unkeyed "sha256:" digests.
 """
 
 from __future__ import annotations

@@ -972,7 +972,9 @@ def render_html(summary: Mapping[str, Any], timelines: Sequence[GroupTimeline]) 
                     "connector configs in the catalogue",
                     "digests and values (--include-config-values)"
                     if summary.get("connector_configs") == "values"
-                    else "digests only (config_digest: sha256 of the config; no values)",
+                    else "digests only (config_digest: an HMAC-SHA256 of the config under "
+                    "the database's own key; rows and events from before migration 0005 "
+                    "have an unkeyed sha256; no values)",
                 ),
                 (
                     "snapshot rows",

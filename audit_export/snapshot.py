@@ -8,12 +8,18 @@ Tables (each with `group_id`; `export_date` is added when written):
   text, byte columns as binary).
 - `catalogue`: one row per connector and per task (`resource`, `resource_type`, `connector`,
   `task`), with the connector's task count and, on its connector row, the digest of its config
-  (`config_digest`, "sha256:<hex>"; `connect_protocol.configs.config_digest`); the `config`
-  values themselves (a map) only with `include_config_values`, else NULL: configs carry
-  secrets, and the export keeps a daily copy of whatever it writes.
+  (`config_digest`; `connect_protocol.configs.config_digest`): "hmac-sha256:<hex>", keyed by
+  the coordinator database's secret (migration 0005), so equal digests mean equal configs
+  within one database and nobody without the key can test a guess against them; rows from
+  before 0005 had "sha256:<hex>", unkeyed, and copies of those in earlier exports and in
+  events stay so. The `config` values themselves (a map) only with `include_config_values`,
+  else NULL: configs carry secrets, and the export keeps a daily copy of whatever it writes.
 - `target_assignment`: one row per resource in a member's share of the target, with the
   assignment epoch, group epoch, the share's version, the member's epoch and state if it is
-  still a member, and the scheduled rebalance if one is pending.
+  still a member, and the pending delayed rebalance, lost-work rebalance and next wave times.
+
+Which stored columns are written is `exported_columns`; what is deliberately not is
+`source.WITHHELD`, with the reasons.
 - `current_assignment`: one row per resource a member is told it owns (`pending_revocation`
   false) or must still give up (`pending_revocation` true), with the member's epochs and state,
   the group and assignment epochs, and to whom the target gives the resource.
@@ -90,6 +96,18 @@ def read(
             df = df.withColumn("config", F.from_json("config", MapType(StringType(), StringType())))
         tables[table.name] = df
     return {name: tables[name] for name in SNAPSHOT_TABLES}
+
+
+def exported_columns(include_config_values: bool = False) -> dict[str, set[str]]:
+    """Per stored table, the columns some output table carries: the tables written as stored
+    (`RAW_TABLES` and the events) and what the derived tables read (`DerivedTable.carries`)."""
+    out: dict[str, set[str]] = {}
+    for spec in (*RAW_TABLES, source.EVENTS):
+        out.setdefault(spec.name, set()).update(spec.column_names())
+    for table in snapshot_sql.derived_tables(include_config_values):
+        for stored, columns in table.carries:
+            out.setdefault(stored, set()).update(columns)
+    return out
 
 
 JSON_COLUMNS = {

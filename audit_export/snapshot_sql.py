@@ -11,9 +11,11 @@ Every query yields the columns of its table in order; `columns` types them for S
 (`customSchema`). Pure text, no I/O: tests run these queries against both databases.
 
 Connector configs are secrets (passwords, keys): the catalogue carries each connector's
-`config_digest` as the coordinator stored it (`connect_protocol.configs.config_digest`), and its
-`config` column is NULL, not even read from the database, unless the export is asked for the
-values (`CATALOGUE_WITH_CONFIG_VALUES`, `--include-config-values`).
+`config_digest` as the coordinator stored it (`connect_protocol.configs.config_digest`: since
+migration 0005 "hmac-sha256:<hex>", an HMAC under the database's own key, which the export never
+reads; unkeyed "sha256:<hex>" in rows and events written before), and its `config` column is
+NULL, not even read from the database, unless the export is asked for the values
+(`CATALOGUE_WITH_CONFIG_VALUES`, `--include-config-values`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class DerivedTable:
         source_key: that table's key column as the query names it: parallel reads split on it
             (hash predicates on PostgreSQL).
         query: which query yields the rows (default: the one named like the table).
+        carries: the stored columns its rows carry, per stored table (what
+            `snapshot.exported_columns` counts as exported; a test checks it against the
+            store's schema).
     """
 
     name: str
@@ -44,6 +49,7 @@ class DerivedTable:
     source_table: str
     source_key: str
     query: str = ""
+    carries: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def ddl(self) -> str:
         return ", ".join(f"{name} {kind}" for name, kind in self.columns)
@@ -162,7 +168,7 @@ def _target_assignment(j: _Json, where: str | None) -> str:
         "tm.group_id, tm.member_id, {resource} AS resource, {kind} AS resource_type, "
         "{connector} AS connector, {task} AS task, ta.assignment_epoch, g.group_epoch, "
         "tm.version AS target_version, m.member_epoch, m.state AS member_state, "
-        "ta.scheduled_rebalance_at_ms"
+        "ta.scheduled_rebalance_at_ms, ta.lost_work_rebalance_at_ms, ta.next_wave_at_ms"
     )
     tail = (
         "LEFT JOIN target_assignments ta ON ta.group_id = tm.group_id "
@@ -235,8 +241,13 @@ CATALOGUE = DerivedTable(
     ),
     source_table="connectors",
     source_key="c.name",
+    carries=(("connectors", ("group_id", "name", "task_count", "config_digest")),),
 )
-CATALOGUE_WITH_CONFIG_VALUES = replace(CATALOGUE, query="catalogue_with_config_values")
+CATALOGUE_WITH_CONFIG_VALUES = replace(
+    CATALOGUE,
+    query="catalogue_with_config_values",
+    carries=(("connectors", ("group_id", "name", "task_count", "config_digest", "config")),),
+)
 """The catalogue with each connector's config values as well (same columns)."""
 TARGET_ASSIGNMENT = DerivedTable(
     "target_assignment",
@@ -250,9 +261,24 @@ TARGET_ASSIGNMENT = DerivedTable(
         ("member_epoch", "INT"),
         ("member_state", "STRING"),
         ("scheduled_rebalance_at_ms", "BIGINT"),
+        ("lost_work_rebalance_at_ms", "BIGINT"),
+        ("next_wave_at_ms", "BIGINT"),
     ),
     source_table="target_assignment_members",
     source_key="tm.member_id",
+    carries=(
+        ("target_assignment_members", ("group_id", "member_id", "resources", "version")),
+        (
+            "target_assignments",
+            (
+                "group_id",
+                "assignment_epoch",
+                "scheduled_rebalance_at_ms",
+                "lost_work_rebalance_at_ms",
+                "next_wave_at_ms",
+            ),
+        ),
+    ),
 )
 CURRENT_ASSIGNMENT = DerivedTable(
     "current_assignment",
@@ -271,6 +297,21 @@ CURRENT_ASSIGNMENT = DerivedTable(
     ),
     source_table="members",
     source_key="m.member_id",
+    carries=(
+        (
+            "members",
+            (
+                "group_id",
+                "member_id",
+                "instance_id",
+                "assigned",
+                "pending_revocation",
+                "member_epoch",
+                "previous_epoch",
+                "state",
+            ),
+        ),
+    ),
 )
 
 DERIVED_TABLES = (CATALOGUE, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT)

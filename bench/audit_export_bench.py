@@ -71,8 +71,10 @@ CONFIG_DIGEST_SQL = (
     f"'sha256:' || encode(sha256(convert_to(format('{_CANONICAL_CONFIG}', %(t)s, k), 'UTF8')), "
     "'hex')"
 )
-"""Connector k's `connect_protocol.configs.config_digest` (its config, as generated: sorted
-keys, no spaces), in SQL (a psycopg query text: `%%` is `%`)."""
+"""Connector k's unkeyed `connect_protocol.configs.config_digest` (its config, as generated:
+sorted keys, no spaces), in SQL (a psycopg query text: `%%` is `%`). Unkeyed on purpose: the rows
+and events stand for ones written before migration 0005 keyed digests (PostgreSQL has no HMAC
+without pgcrypto); the export copies a digest as it finds it, keyed or not."""
 
 
 def log(msg: str) -> None:

@@ -62,7 +62,7 @@ def render_group(group: Any, now_ms: int) -> str:
     for c in group.catalogue:
         if c.config:
             config = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(c.config.items()))
-            lines.append(f"    {_p(c.name)} config ({_p(c.config_digest[:19])}): {config}")
+            lines.append(f"    {_p(c.name)} config ({_p(c.config_digest[:24])}): {config}")
     configs = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(group.group_configs.items()))
     lines.append(f"  configs: {configs}")
     header = (

@@ -5,6 +5,7 @@ libraries (SQLAlchemy, grpc, ...) are imported only when a command runs."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -36,7 +37,7 @@ def serve(args: argparse.Namespace) -> int:
     from .runtime.groups import GroupManager
     from .runtime.quotas import PrincipalQuotas
     from .runtime.readiness import ReadinessMonitor
-    from .store import SqlStore
+    from .store import SecretMissing, SqlStore
     from .store.migrate import code_revisions
 
     logs.configure(args.log_level)
@@ -87,6 +88,12 @@ def serve(args: argparse.Namespace) -> int:
     if isinstance(revisions, int):
         store.close()
         return revisions
+    try:
+        defaults = dataclasses.replace(defaults, config_digest_key=store.config_digest_key())
+    except SecretMissing as error:
+        store.close()
+        print(f"coordinator-svc serve: {error}", file=sys.stderr)
+        return 2
     metrics = Metrics()
     manager = GroupManager(store, defaults, metrics)
     tls = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from connect_protocol.configs import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from connect_protocol.configs import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, config_digest
 from connect_protocol.errors import (
     CoordinatorError,
     GroupIdNotFound,
@@ -50,7 +50,10 @@ def put_connector(
         return refused(PutConnectorResponse, error)
     change = GroupChange(state, req.group_id, now_ms, defaults, creator=principal)
     existing = change.connector(req.connector)
-    connector = Connector(req.connector, req.task_count, MappingProxyType(dict(req.config)))
+    config = MappingProxyType(dict(req.config))
+    connector = Connector(
+        req.connector, req.task_count, config, config_digest(config, defaults.config_digest_key)
+    )
     if existing is not None and existing == connector:
         return Result(change.records(), PutConnectorResponse(group_epoch=change.group_epoch))
     try:
@@ -78,7 +81,7 @@ def put_connector(
         task_count=req.task_count,
         previous_task_count=None if existing is None else existing.task_count,
         config_changed=existing is None or dict(existing.config) != dict(req.config),
-        config_digest=connector.digest(),
+        config_digest=connector.config_digest,
         **_who(req.caller, principal),
     )
     rebalance = existing is None or existing.task_count != req.task_count

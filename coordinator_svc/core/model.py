@@ -26,7 +26,6 @@ from connect_protocol.configs import (
     REBALANCE_WAVE_PAUSE_MS,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     SESSION_TIMEOUT_MS,
-    config_digest,
     config_int,
 )
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
@@ -73,6 +72,9 @@ class GroupConfigDefaults:
     max_config_bytes_per_group: int = 64 * 1024 * 1024
     max_assignor_metadata_bytes: int = 64 * 1024
     max_assignor_state_bytes: int = 16 * 1024 * 1024
+    #: The database's config digest key (`SqlStore.config_digest_key`, loaded at start): every
+    #: connector's `config_digest` is an HMAC under it. None (pure core tests): unkeyed digests.
+    config_digest_key: bytes | None = field(default=None, repr=False)
 
     def as_map(self) -> dict[str, str]:
         return {
@@ -147,9 +149,14 @@ class Member:
 
 @dataclass(frozen=True, slots=True)
 class Connector:
+    """A connector of the catalogue. `config_digest` is computed once, when it is put
+    (`connect_protocol.configs.config_digest` under `GroupConfigDefaults.config_digest_key`),
+    and read back from the store; it is no part of equality (the config is)."""
+
     name: str
     task_count: int
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    config_digest: str = field(default="", compare=False)
 
     def resources(self) -> ResourceSet:
         return connector_resources(self.name, self.task_count)
@@ -157,10 +164,6 @@ class Connector:
     def wire_bytes(self) -> int:
         """What this connector adds to a PrepareAssignment answer, at most."""
         return connector_bytes(self.name, self.task_count, self.config)
-
-    def digest(self) -> str:
-        """The config's digest (`connect_protocol.configs.config_digest`)."""
-        return config_digest(self.config)
 
     def config_bytes(self) -> int:
         """The UTF-8 bytes of its config's keys and values (what the config limits count)."""

@@ -153,7 +153,7 @@ def described_group(
     for c in sorted(state.catalogue.values(), key=lambda c: c.name):
         config = dict(c.config) if config_values else dict.fromkeys(c.config, HIDDEN_VALUE)
         out.catalogue.add(
-            name=c.name, task_count=c.task_count, config=config, config_digest=c.digest()
+            name=c.name, task_count=c.task_count, config=config, config_digest=c.config_digest
         )
     out.group_configs.update({**defaults.as_map(), **state.configs})
     for m in sorted(state.members.values(), key=lambda m: m.member_id):

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from connect_protocol.configs import REBALANCE_TIMEOUT_MS
@@ -200,6 +200,8 @@ class GroupManager:
         renew_interval_s: float | None = None,
     ) -> None:
         self.store = store
+        if defaults.config_digest_key is None:  # every digest this coordinator computes is keyed
+            defaults = replace(defaults, config_digest_key=store.config_digest_key())
         self.defaults = defaults
         self.metrics = metrics or Metrics()
         self.clock = clock or SystemClock()

@@ -1,7 +1,7 @@
 """The persistence adapter: group state, group leases and the audit trail in PostgreSQL
 (production) or SQLite (embedded default), through SQLAlchemy 2; schema managed by Alembic."""
 
-from .errors import Lease, LeaseHolder, LeaseLost, StoreError, StoreUnavailable
+from .errors import Lease, LeaseHolder, LeaseLost, SecretMissing, StoreError, StoreUnavailable
 from .migrate import normalize_url, upgrade_to_head
 from .sql_store import GroupSummary, SqlStore
 
@@ -14,6 +14,7 @@ __all__ = [
     "Lease",
     "LeaseHolder",
     "LeaseLost",
+    "SecretMissing",
     "SqlStore",
     "StoreError",
     "StoreUnavailable",

@@ -141,3 +141,8 @@ def failure_kind(error: BaseException | None) -> str:
         if fragment in text:
             return kind
     return "unavailable"
+
+
+class SecretMissing(StoreError):
+    """A secret the coordinator needs is not in `coordinator_secrets` (the schema is not migrated
+    to revision 0005, or the row was deleted): the coordinator must not start without it."""

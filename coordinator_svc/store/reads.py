@@ -17,6 +17,7 @@ from coordinator_svc.core.records import Record
 
 from . import rows, schema
 from .engine import Database
+from .errors import SecretMissing
 
 # An empty assignment as each database prints the JSON of `ResourceSet().to_json()`.
 _EMPTY_JSON_TEXT = {
@@ -154,6 +155,28 @@ class Reads:
             return found
 
         return self._db.retrying(False, read)
+
+    def config_digest_key(self) -> bytes:
+        """The database's config digest key (`coordinator_secrets`, migration 0005);
+        SecretMissing when the table or its row is not there."""
+        secrets = schema.coordinator_secrets
+        stmt = sa.select(secrets.c.value).where(secrets.c.name == schema.CONFIG_DIGEST_KEY)
+
+        def read(conn: Connection) -> bytes | None:
+            if not sa.inspect(conn).has_table(secrets.name):
+                return None
+            value = conn.execute(stmt).scalar_one_or_none()
+            return None if value is None else bytes(value)
+
+        key = self._db.retrying(False, read)
+        if not key:
+            raise SecretMissing(
+                f"the database has no {schema.CONFIG_DIGEST_KEY!r} in table "
+                f"{secrets.name!r}: its schema is older than revision 0005 (run "
+                "`coordinator-svc migrate`) or the row was deleted (restore it from a backup: a "
+                "new key would make every stored config digest disagree with new ones)"
+            )
+        return key
 
     def group_ids(self) -> list[str]:
         g = schema.groups.c

@@ -272,7 +272,7 @@ def connector_row(group_id: str, connector: Connector) -> dict[str, Any]:
         "name": connector.name,
         "task_count": connector.task_count,
         "config": dict(connector.config),
-        "config_digest": connector.digest(),
+        "config_digest": connector.config_digest,
     }
 
 
@@ -282,6 +282,7 @@ def connector_from_row(row: Row) -> Connector:
         name=row["name"],
         task_count=row["task_count"],
         config=MappingProxyType({str(k): str(v) for k, v in config.items()}),
+        config_digest=row["config_digest"] or "",
     )
 
 

@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 
 from audit_export import source
 from audit_export.snapshot import SCHEMA_FILE
-from connect_protocol.configs import config_digest
+from connect_protocol.configs import KEYED_DIGEST_PREFIX, config_digest
 from coordinator_svc.store import schema
 from coordinator_svc.store.migrate import normalize_url
 
@@ -108,13 +108,26 @@ class Database:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.max(schema.events.c.id))).scalar() or 0)
 
+    def digest_key(self) -> bytes:
+        """The database's config digest key (migration 0005)."""
+        secrets = schema.coordinator_secrets
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                sa.select(secrets.c.value).where(secrets.c.name == schema.CONFIG_DIGEST_KEY)
+            ).scalar_one()
+        return bytes(value)
+
     def catalogue(self, config_values: bool = False) -> list[Row]:
         """The connector rows carry the digest of their config (recomputed here from the
-        stored config: None for a row stored without one) and, with `config_values`, the
+        stored config, keyed by the database's key, or unkeyed for a row stored before
+        migration 0005; None for a row stored without one) and, with `config_values`, the
         config itself."""
         out: list[Row] = []
+        key = self.digest_key()
         for c in self.rows(schema.connectors):
-            digest = config_digest(c["config"]) if c["config_digest"] else None
+            stored = c["config_digest"]
+            keyed = stored.startswith(KEYED_DIGEST_PREFIX)
+            digest = config_digest(c["config"], key if keyed else None) if stored else None
             config = json.dumps(c["config"], sort_keys=True) if config_values else None
             out.append(
                 (
@@ -166,6 +179,8 @@ class Database:
                         None if m is None else m["member_epoch"],
                         None if m is None else m["state"],
                         t["scheduled_rebalance_at_ms"],
+                        t["lost_work_rebalance_at_ms"],
+                        t["next_wave_at_ms"],
                     )
                 )
         return _sorted(out)
@@ -224,6 +239,8 @@ EXPORTED_COLUMNS: dict[str, Sequence[str]] = {
         "member_epoch",
         "member_state",
         "scheduled_rebalance_at_ms",
+        "lost_work_rebalance_at_ms",
+        "next_wave_at_ms",
     ),
     "current_assignment": (
         "group_id",

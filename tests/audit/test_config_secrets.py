@@ -88,7 +88,6 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
     secret1, secret2 = f"s3cr3t-{uuid.uuid4().hex}", f"s3cr3t-{uuid.uuid4().hex}"
     config1 = {"db.password": secret1, "topic": "orders"}
     config2 = {"db.password": secret2, "topic": "orders"}
-    digests = config_digest(config1), config_digest(config2)
     out, with_values = tmp_path / "audit", tmp_path / "audit-with-values"
 
     # The findings, summary and report read the Parquet written, whatever the database: they
@@ -96,6 +95,11 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
     findings = url.startswith("postgresql")
 
     with InProcessCoordinator(url) as coordinator:
+        db = T.Database(url)
+        key = db.digest_key()  # the database's digest key (migration 0005)
+        db.close()
+        digests = config_digest(config1, key), config_digest(config2, key)
+        assert config_digest(config1) not in digests  # keyed, not the plain sha256
         put(coordinator.stubs, config1)
         run_export(spark, ExportOptions(url, str(out), export_date=DAY1, findings=False))
         put(coordinator.stubs, config2)
@@ -109,9 +113,10 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
 
     # By default no secret anywhere: not in the Parquet files, the schemas, the summary, the
     # report or the watermarks, neither as written nor as the tables read back.
-    for secret in (secret1, secret2):
+    for secret in (secret1, secret2, key.hex()):
         assert files_with(out, secret) == []
-    assert tables_with(spark, out, secret1, secret2) == []
+    assert tables_with(spark, out, secret1, secret2, key.hex()) == []
+    assert not (out / "coordinator_secrets").exists()  # the key is never exported
     if findings:
         assert result.summary is not None and result.summary["connector_configs"] == "digests"
         report = (out / "reports" / f"export_date={DAY2}" / "report.html").read_text()

@@ -70,18 +70,25 @@ def _member(
     }
 
 
-def _connector(group_id: str, name: str, tasks: int, config: dict[str, str]) -> dict[str, Any]:
+def _connector(
+    group_id: str, name: str, tasks: int, config: dict[str, str], key: bytes | None
+) -> dict[str, Any]:
+    """A connector row with its config's digest under `key` (None: unkeyed, as rows written
+    before migration 0005 have it)."""
     return {
         "group_id": group_id,
         "name": name,
         "task_count": tasks,
         "config": config,
-        "config_digest": config_digest(config),
+        "config_digest": config_digest(config, key),
     }
 
 
 def fill(url: str) -> None:
     """Two groups whose rows cover the awkward cases."""
+    db = T.Database(url)
+    key = db.digest_key()
+    db.close()
     engine = sa.create_engine(normalize_url(url))
     t = schema.Base.metadata.tables
     with engine.begin() as conn:
@@ -89,11 +96,12 @@ def fill(url: str) -> None:
         conn.execute(
             sa.insert(t["connectors"]),
             [
-                _connector("g1", "A", 2, {"k": "v"}),
-                _connector("g1", "Zéro", 0, {}),
-                _connector("g1", "B", 1, {"topic": "t-é", 'pass"word': "a\\b\n"}),
+                _connector("g1", "A", 2, {"k": "v"}, key),
+                _connector("g1", "Zéro", 0, {}, key),
+                # unkeyed (written before migration 0005 and not re-keyed: a restored row)
+                _connector("g1", "B", 1, {"topic": "t-é", 'pass"word': "a\\b\n"}, None),
                 # stored without a digest (by a coordinator older than the column)
-                {**_connector("g2", "A", 1, {"k": "other"}), "config_digest": ""},
+                {**_connector("g2", "A", 1, {"k": "other"}, key), "config_digest": ""},
             ],
         )
         conn.execute(
@@ -119,12 +127,16 @@ def fill(url: str) -> None:
                     "assignment_epoch": 6,
                     "assignor_state": b"\x00",
                     "scheduled_rebalance_at_ms": 99,
+                    "lost_work_rebalance_at_ms": 98,
+                    "next_wave_at_ms": 97,
                 },
                 {
                     "group_id": "g2",
                     "assignment_epoch": 3,
                     "assignor_state": b"",
                     "scheduled_rebalance_at_ms": None,
+                    "lost_work_rebalance_at_ms": None,
+                    "next_wave_at_ms": None,
                 },
             ],
         )
@@ -207,6 +219,7 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
         with_values = _query(filled, snapshot_sql.CATALOGUE_WITH_CONFIG_VALUES)
         target = _query(filled, snapshot_sql.TARGET_ASSIGNMENT)
         current = _query(filled, snapshot_sql.CURRENT_ASSIGNMENT)
+        key = db.digest_key()
         assert catalogue == db.catalogue()
         assert with_values == db.catalogue(config_values=True)
         assert target == db.target_assignment()
@@ -215,14 +228,20 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
         db.close()
     # The cases are really there (the oracle could be wrong the same way).
     # Digests, no config values, unless asked; NULL where the row has no digest.
-    assert ("g1", "Zéro", "connector", "Zéro", None, 0, config_digest({}), None) in catalogue
-    assert ("g1", "Zéro", "connector", "Zéro", None, 0, config_digest({}), "{}") in with_values
+    keyed = config_digest({}, key)
+    assert ("g1", "Zéro", "connector", "Zéro", None, 0, keyed, None) in catalogue
+    assert ("g1", "Zéro", "connector", "Zéro", None, 0, keyed, "{}") in with_values
+    older = config_digest({"topic": "t-é", 'pass"word': "a\\b\n"})  # copied as stored
+    assert ("g1", "B", "connector", "B", None, 1, older, None) in catalogue
     assert ("g2", "A", "connector", "A", None, 1, None, None) in catalogue
     assert all(r[7] is None for r in catalogue)
     assert "other" not in repr(catalogue) and "other" in repr(with_values)
     assert not [r for r in catalogue if r[3] == "Zéro" and r[2] == "task"]
     gone = [r for r in target if r[1] == "gone"]
     assert {r[2] for r in gone} == {"B", "A-1"} and all(r[9] is None for r in gone)
+    # The target's pending times (delayed rebalance, lost work, next wave), per row.
+    assert {r[11:] for r in target if r[0] == "g1"} == {(99, 98, 97)}
+    assert {r[11:] for r in target if r[0] == "g2"} == {(None, None, None)}
     b0 = [r for r in current if r[0] == "g1" and r[3] == "B-0"]
     assert b0 == [("g1", "w1", None, "B-0", "task", "B", 0, True, 5, 4, "STABLE", 7, 6, "w2")]
     assert [r for r in current if r[0] == "g3"] == [

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from connect_protocol.configs import config_digest
 from tests.support.client import ScriptedWorker
 from tests.support.coordinator import CoordinatorProcess, Stubs
+from tests.support.digests import keyed_digest
 
 ADMIN = "connect.group.v1.ConnectGroupAdmin"
 COORDINATOR = "connect.group.v1.ConnectGroupCoordinator"
@@ -75,7 +75,7 @@ def test_grpcurl_calls_describe_groups(
             "name": "orders-sink",
             "task_count": 2,
             "config": {"t": "[hidden]"},  # config values are secrets (issue 16)
-            "config_digest": config_digest({"t": "o"}),
+            "config_digest": keyed_digest(coordinator.database_url, {"t": "o"}),
         }
     ]
     assert described["group_configs"]["session.timeout.ms"] == "3000"

@@ -14,13 +14,15 @@ import pytest
 import sqlalchemy as sa
 from connect.group.v1 import admin_pb2, coordinator_pb2
 
-from connect_protocol.configs import HIDDEN_VALUE, config_digest
+from connect_protocol.configs import HIDDEN_VALUE, KEYED_DIGEST_PREFIX, config_digest
 from connect_protocol.errors import ErrorCode
 from coordinator_svc.core.acls import ANONYMOUS, AclEntry, Operation, ResourceType
 from coordinator_svc.store import SqlStore
 from tests.support.agents import AgentProcess
 from tests.support.client import ScriptedWorker
 from tests.support.coordinator import CoordinatorProcess, InProcessCoordinator, Stubs
+from tests.support.digests import digest_key, keyed_digest
+from tests.support.pgcluster import create_database, drop_database
 
 
 @pytest.fixture
@@ -89,7 +91,9 @@ def test_a_secret_stays_out_of_prepare_describe_logs_and_events(
         described = _describe(stubs, group)
         assert described.error_code == ErrorCode.NONE
         assert dict(described.catalogue[0].config) == dict.fromkeys(config, HIDDEN_VALUE)
-        assert described.catalogue[0].config_digest == config_digest(config)
+        keyed = keyed_digest(database_url, config)
+        assert keyed != config_digest(config) and keyed.startswith(KEYED_DIGEST_PREFIX)
+        assert described.catalogue[0].config_digest == keyed
         assert secret.encode() not in described.SerializeToString()
         # ... and where the server allows it, to a caller that asks.
         shown = _describe(stubs, group, values=True)
@@ -126,11 +130,12 @@ def test_a_secret_stays_out_of_prepare_describe_logs_and_events(
             events = conn.execute(sa.text("SELECT CAST(payload AS TEXT) FROM events")).scalars()
             payloads = list(events)
             digests = conn.execute(sa.text("SELECT config_digest FROM connectors")).scalars()
-            assert list(digests) == [config_digest(config)]
+            assert list(digests) == [keyed]
     finally:
         store.close()
     assert payloads and not any(secret in p for p in payloads)
-    assert any(config_digest(config) in p for p in payloads)  # CONNECTOR_PUT carries the digest
+    assert any(keyed in p for p in payloads)  # CONNECTOR_PUT carries the digest
+    assert not any(config_digest(config) in p for p in payloads)  # and never the unkeyed one
 
 
 def _running(agent: AgentProcess) -> set[str]:
@@ -165,3 +170,91 @@ def test_with_acls_config_values_need_describe_configs(database_url: str, secret
         shown = _describe(coordinator.stubs, "g", values=True)
         assert shown.error_code == ErrorCode.NONE
         assert shown.catalogue[0].config["db.password"] == secret
+
+
+def _put_config(stubs: Stubs, group: str, connector: str, config: dict[str, str]) -> None:
+    resp = stubs.admin.PutConnector(
+        admin_pb2.PutConnectorRequest(
+            group_id=group, connector=connector, task_count=1, config=config
+        ),
+        timeout=10,
+    )
+    assert resp.error_code == ErrorCode.NONE, resp
+
+
+def _digests_seen(coordinator: InProcessCoordinator, group: str) -> dict[str, tuple[str, ...]]:
+    """Each connector's digest as DescribeGroups, the connectors table and the CONNECTOR_PUT
+    events show it (the events of every put, oldest first)."""
+    assert coordinator.stubs is not None
+    seen: dict[str, list[str]] = {
+        c.name: [c.config_digest] for c in _describe(coordinator.stubs, group).catalogue
+    }
+    with coordinator.store._transaction(write=False) as conn:
+        for name, digest in conn.execute(
+            sa.text("SELECT name, config_digest FROM connectors WHERE group_id = :g ORDER BY name"),
+            {"g": group},
+        ):
+            seen[name].append(digest)
+    for event in coordinator.store.list_events(group, 0, None):
+        if event["event_type"] == "CONNECTOR_PUT":
+            seen[event["payload"]["connector"]].append(event["payload"]["config_digest"])
+    return {name: tuple(digests) for name, digests in seen.items()}
+
+
+def test_digests_are_keyed_by_the_database_and_equal_configs_still_match(
+    postgres_admin_url: str, database_url: str, secret: str
+) -> None:
+    """Issue 23 item 7: the digest is an HMAC under the database's own key (migration 0005), in
+    DescribeGroups, the stored row and the CONNECTOR_PUT event alike; equal configs give equal
+    digests under one key, and another database (another key) gives another digest."""
+    config = {"connector.class": "FileStreamSink", "db.password": secret}
+    other = {**config, "db.password": secret + "-other"}
+    name = f"t_{uuid.uuid4().hex}"
+    second_url = create_database(postgres_admin_url, name)
+    try:
+        seen = []
+        for url in (database_url, second_url):
+            with InProcessCoordinator(url) as coordinator:
+                assert coordinator.stubs is not None
+                _put_config(coordinator.stubs, "g", "A", config)
+                _put_config(coordinator.stubs, "g", "B", dict(config))
+                _put_config(coordinator.stubs, "g", "C", other)
+                _put_config(coordinator.stubs, "h", "A", config)
+                seen.append(
+                    _digests_seen(coordinator, "g") | {"hA": _digests_seen(coordinator, "h")["A"]}
+                )
+        keys = digest_key(database_url), digest_key(second_url)
+    finally:
+        drop_database(postgres_admin_url, name)
+    assert keys[0] != keys[1] and len(keys[0]) == 32
+    for key, digests in zip(keys, seen, strict=True):
+        expected = config_digest(config, key)
+        assert expected != config_digest(config)
+        # describe, row, event: the same keyed digest, for every connector with this config
+        assert digests["A"] == digests["B"] == digests["hA"] == (expected,) * 3
+        assert digests["C"] == (config_digest(other, key),) * 3 != digests["A"]
+    assert seen[0]["A"] != seen[1]["A"]
+    # Another coordinator loads the group: the digest read back from the column is shown.
+    with InProcessCoordinator(database_url) as reloaded:
+        assert reloaded.stubs is not None
+        shown = {c.name: c.config_digest for c in _describe(reloaded.stubs, "g").catalogue}
+    assert shown == {"A": seen[0]["A"][0], "B": seen[0]["B"][0], "C": seen[0]["C"][0]}
+
+
+def test_serve_refuses_to_start_without_the_digest_key(database_url: str, tmp_path: Path) -> None:
+    """A database without its digest key (the row deleted) stops `serve` with a clear message,
+    instead of computing digests under no key or a new one."""
+    store = SqlStore(database_url, owner_id="setup", advertised_address="-")
+    try:
+        store.migrate()
+        with store._transaction(write=True) as conn:
+            conn.execute(sa.text("DELETE FROM coordinator_secrets"))
+    finally:
+        store.close()
+    proc = CoordinatorProcess(database_url, log_path=tmp_path / "coordinator.log")
+    try:
+        with pytest.raises(RuntimeError, match="coordinator exited with 2"):
+            proc.start()
+    finally:
+        proc.close()
+    assert b"'config_digest_key'" in (tmp_path / "coordinator.log").read_bytes()

@@ -13,6 +13,7 @@ from connect.group.v1 import admin_pb2, coordinator_pb2
 from connect_protocol.configs import config_digest
 from connect_protocol.errors import ErrorCode
 from tests.support.coordinator import CoordinatorProcess, Stubs
+from tests.support.digests import digest_key
 
 LIMITS = (
     "--max-id-length",
@@ -68,7 +69,9 @@ def _catalogue(stubs: Stubs, group: str) -> dict[str, tuple[int, str]]:
     return {c.name: (c.task_count, c.config_digest) for c in described.catalogue}
 
 
-def test_catalogue_limits_refuse_with_policy_violation_and_change_nothing(limited: Stubs) -> None:
+def test_catalogue_limits_refuse_with_policy_violation_and_change_nothing(
+    limited: Stubs, database_url: str
+) -> None:
     assert _put(limited, "g", "A", 4, 900).error_code == ErrorCode.NONE  # type: ignore[attr-defined]
     too_big = _put(limited, "g", "B", 1, 1000)
     assert too_big.error_code == ErrorCode.POLICY_VIOLATION  # type: ignore[attr-defined]
@@ -84,8 +87,10 @@ def test_catalogue_limits_refuse_with_policy_violation_and_change_nothing(limite
     count = _put(limited, "g", "D", 0)
     assert count.error_code == ErrorCode.POLICY_VIOLATION  # type: ignore[attr-defined]
     assert "--max-connectors-per-group" in count.error_message  # type: ignore[attr-defined]
-    big = config_digest({"k": "v" * 900})
-    assert _catalogue(limited, "g") == {"A": (4, big), "B": (4, big), "C": (2, config_digest({}))}
+    key = digest_key(database_url)
+    big = config_digest({"k": "v" * 900}, key)
+    empty = config_digest({}, key)
+    assert _catalogue(limited, "g") == {"A": (4, big), "B": (4, big), "C": (2, empty)}
 
 
 def test_groups_per_database_limit(limited: Stubs) -> None:

@@ -145,6 +145,7 @@ class CoordinatorProcess:
         log_path: Path | None = None,
         port: int | None = None,
     ) -> None:
+        self.database_url = database_url
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.node_id = node_id or f"proc-{uuid.uuid4().hex[:6]}"
