@@ -264,21 +264,32 @@ class GroupChange:
         self.timers.append(CancelTimer(key))
 
     def add_hold(
-        self, member_id: str, resources: ResourceSet, until_ms: int, principal: str = ""
+        self,
+        member_id: str,
+        resources: ResourceSet,
+        until_ms: int,
+        principal: str = "",
+        instance_id: str | None = None,
     ) -> None:
-        """Hold `resources` of a removed member until `until_ms`; its member id stays bound to
-        `principal` while the hold lasts."""
+        """Hold `resources` of a removed member until `until_ms`; its member id and its
+        instance id stay bound to `principal` while the hold lasts."""
         if resources:
             holds = [h for h in self.meta.holds if h.member_id != member_id]
             previous = next((h for h in self.meta.holds if h.member_id == member_id), None)
             if previous is not None:
                 resources = resources | previous.resources
                 until_ms = max(until_ms, previous.until_ms)
-            holds.append(Hold(member_id, resources, until_ms, principal))
+                instance_id = instance_id or previous.instance_id
+            holds.append(Hold(member_id, resources, until_ms, principal, instance_id))
             self.set_meta(holds=tuple(holds))
 
     def hold(self, member_id: str) -> Hold | None:
         return next((h for h in self.meta.holds if h.member_id == member_id), None)
+
+    def holds_of_instance(self, instance_id: str) -> list[Hold]:
+        """The holds that keep `instance_id` bound (O(holds): callers ask only when an
+        instance id would change hands, never on a steady heartbeat)."""
+        return [h for h in self.meta.holds if h.instance_id == instance_id]
 
     def release_hold(self, member_id: str) -> Hold | None:
         hold = next((h for h in self.meta.holds if h.member_id == member_id), None)

@@ -199,12 +199,17 @@ _EMPTY_ENTRY = TargetEntry()
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """Resources of a removed member that nobody may take before `until_ms` (DESIGN 3.13)."""
+    """Resources of a removed member that nobody may take before `until_ms` (DESIGN 3.13).
+
+    While it lasts, the member's id and its instance id (a static member's, else None) stay
+    bound to `principal`: no other principal may join with either (DESIGN 3.14).
+    """
 
     member_id: str
     resources: ResourceSet
     until_ms: int
     principal: str = ""
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
