@@ -152,6 +152,9 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
         "session_floor_ms": meta.session_floor_ms,
         "session_floor_until_ms": meta.session_floor_until_ms,
         "last_fencing_token": meta.last_fencing_token,
+        # Stopgap until item 2 (another branch) carries it on GroupMeta: the column exists since
+        # migration 0005 and the keep-prepared upsert must send every column.
+        "created_by": None,
     }
 
 
