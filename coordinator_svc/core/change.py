@@ -272,16 +272,20 @@ class GroupChange:
         instance_id: str | None = None,
     ) -> None:
         """Hold `resources` of a removed member until `until_ms`; its member id and its
-        instance id stay bound to `principal` while the hold lasts."""
-        if resources:
-            holds = [h for h in self.meta.holds if h.member_id != member_id]
-            previous = next((h for h in self.meta.holds if h.member_id == member_id), None)
-            if previous is not None:
-                resources = resources | previous.resources
-                until_ms = max(until_ms, previous.until_ms)
-                instance_id = instance_id or previous.instance_id
-            holds.append(Hold(member_id, resources, until_ms, principal, instance_id))
-            self.set_meta(holds=tuple(holds))
+        instance id stay bound to `principal` while the hold lasts. A member removed again
+        under the id of a hold that still lasts (it rejoined) adds to that hold, and its
+        instance id binds until that hold ends, even when it held nothing new."""
+        previous = next((h for h in self.meta.holds if h.member_id == member_id), None)
+        if not resources and (previous is None or instance_id in (None, previous.instance_id)):
+            return
+        holds = [h for h in self.meta.holds if h.member_id != member_id]
+        if previous is not None:
+            # Nothing new to hold: the hold keeps its end.
+            until_ms = max(until_ms, previous.until_ms) if resources else previous.until_ms
+            resources = resources | previous.resources
+            instance_id = instance_id or previous.instance_id
+        holds.append(Hold(member_id, resources, until_ms, principal, instance_id))
+        self.set_meta(holds=tuple(holds))
 
     def hold(self, member_id: str) -> Hold | None:
         return next((h for h in self.meta.holds if h.member_id == member_id), None)
