@@ -23,6 +23,7 @@ from .model import (
     Member,
     MemberState,
     TargetAssignment,
+    assignor_principals,
     fencing_session_ms,
 )
 from .records import (
@@ -123,12 +124,23 @@ class GroupChange:
         lookup: Callable[[str], Profile | None] = (
             _no_profile if self.state is None else self.state.profile
         )
+        principal_lookup: Callable[[str], str | None] = (
+            _no_principal if self.state is None else self.state.principal_of
+        )
         return GroupProfiles(
             index,
             frozenset(self._removed | touched.keys()),
             {m: profile_of(member) for m, member in touched.items()},
             lookup,
+            {m: member.principal for m, member in touched.items()},
+            principal_lookup,
         )
+
+    def assignor_principals(self) -> frozenset[str] | None:
+        """Who may compute (`assignor.principals`, DESIGN 3.4); None: any principal."""
+        if self._configs is None and self.state is not None:
+            return self.state.assignor_principals(self.defaults)
+        return assignor_principals(self.configs(), self.defaults)
 
     def left_members(self) -> frozenset[str]:
         """Static members that left (epoch -2) and are held until their session expires."""
@@ -331,6 +343,7 @@ class GroupChange:
             self.profiles(),
             self.meta.assignor_member_id,
             self.meta.excluded_assignors | self.left_members(),
+            self.assignor_principals(),
         )
         if isinstance(selection, NoSelection):
             if self.meta.assignor_member_id is not None:
@@ -390,4 +403,8 @@ class GroupChange:
 
 
 def _no_profile(_member_id: str) -> Profile | None:
+    return None
+
+
+def _no_principal(_member_id: str) -> str | None:
     return None

@@ -546,6 +546,11 @@ class _Heartbeat:
             or (meta.compute_not_before_ms is not None and self.now_ms < meta.compute_not_before_ms)
         ):
             return ErrorCode.NONE, ""
+        allowed = change.assignor_principals()
+        if allowed is not None and member.principal not in allowed:
+            # Chosen before the server's default assignor.principals changed: pass the role on.
+            change.reselect_assignor()
+            return ErrorCode.NONE, ""
         if meta.compute_requested_epoch is None:
             change.set_meta(compute_requested_epoch=change.group_epoch)
             change.event(

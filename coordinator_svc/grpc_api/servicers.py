@@ -404,7 +404,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                     group_id=group_id,
                 )
                 return Result([], lambda: missing)
-            selection = current_selection(state)
+            selection = current_selection(state, self.defaults)
             if isinstance(selection, NoSelection):
                 reason, name = selection.reason, ""
             else:
