@@ -8,7 +8,9 @@ heap; selecting costs O(profiles x assignors) plus O(log members) to find the sm
 member id, and a join or leave updates the index in O(log members).
 
 `GroupChange` combines the index of the committed state with its own few changed members
-(`select_with`), so handlers never look at every member.
+(`select_with`), so handlers never look at every member. The group configuration
+`assignor.principals` narrows who may be the assignor member (not who votes); the index keeps
+each principal's ids apart, so that filter costs O(listed principals x profiles) lookups.
 """
 
 from __future__ import annotations
