@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Mapping
 
 SESSION_TIMEOUT_MS = "session.timeout.ms"
@@ -19,7 +20,13 @@ REBALANCE_WAVE_MAX_RESOURCES = "rebalance.wave.max.resources"
 #: ... and the pause between waves, from the delivery of the previous wave's last resource.
 REBALANCE_WAVE_PAUSE_MS = "rebalance.wave.pause.ms"
 
-CONFIG_KEYS = (
+#: Who may compute (DESIGN 3.4): the principals whose members may be chosen as the assignor
+#: member, comma-separated ("User:alice,User:CN=bob,O=example"); empty: any principal. The one
+#: configuration that is not an integer; the coordinator reads it, assignors are not sent it.
+ASSIGNOR_PRINCIPALS = "assignor.principals"
+
+#: The configurations whose values are int32 numbers (milliseconds, or a count) ...
+INT_CONFIG_KEYS = (
     SESSION_TIMEOUT_MS,
     HEARTBEAT_INTERVAL_MS,
     REBALANCE_TIMEOUT_MS,
@@ -27,6 +34,10 @@ CONFIG_KEYS = (
     REBALANCE_WAVE_MAX_RESOURCES,
     REBALANCE_WAVE_PAUSE_MS,
 )
+#: ... and every configuration.
+CONFIG_KEYS = (*INT_CONFIG_KEYS, ASSIGNOR_PRINCIPALS)
+#: What a PrepareAssignment answer carries to the assignor: only what an assignor reads.
+ASSIGNOR_CONFIG_KEYS = INT_CONFIG_KEYS
 
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
@@ -35,8 +46,8 @@ DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS = 300_000
 DEFAULT_REBALANCE_WAVE_MAX_RESOURCES = 0
 DEFAULT_REBALANCE_WAVE_PAUSE_MS = 0
 
-#: Every value is an int32 (milliseconds, or a count); only the delay and the wave settings may
-#: be 0 (no delay, no limit, no pause).
+#: Every value of INT_CONFIG_KEYS is an int32 (milliseconds, or a count); only the delay and the
+#: wave settings may be 0 (no delay, no limit, no pause).
 MAX_CONFIG_VALUE = 2**31 - 1
 _MAY_BE_ZERO = frozenset(
     (SCHEDULED_REBALANCE_MAX_DELAY_MS, REBALANCE_WAVE_MAX_RESOURCES, REBALANCE_WAVE_PAUSE_MS)
@@ -58,6 +69,17 @@ def config_int(configs: Mapping[str, str], key: str, default: int) -> int:
         return int(raw)
     except ValueError:
         return default
+
+
+#: A new entry of an `assignor.principals` list starts at a comma followed by "User:", so that a
+#: principal named by a certificate subject keeps its own commas ("User:CN=a,O=b,User:CN=c").
+_PRINCIPAL_SEPARATOR = re.compile(r"\s*,\s*(?=User:)")
+
+
+def principal_list(value: str) -> tuple[str, ...]:
+    """The principals of an `assignor.principals` value (empty: any principal)."""
+    value = value.strip()
+    return () if not value else tuple(_PRINCIPAL_SEPARATOR.split(value))
 
 
 #: What DescribeGroups shows for a config value the caller may not see.

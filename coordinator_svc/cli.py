@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from connect_protocol.configs import MAX_CONFIG_VALUE
 from connect_protocol.env import env_default
+from connect_protocol.errors import CoordinatorError
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
 from connect_protocol.safe_text import mask_urls_in, printable
 from connect_protocol.tls import (
@@ -33,7 +34,7 @@ from .admin_client import (
 )
 from .core.model import GroupConfigDefaults
 from .core.principals import MappingRulesError, PrincipalSource, parse_mapping_rules
-from .core.validation import MAX_NAME_LENGTH, MAX_URL_LENGTH
+from .core.validation import MAX_NAME_LENGTH, MAX_URL_LENGTH, check_assignor_principals
 from .grpc_api.connection_age import (
     DEFAULT_MAX_CONNECTION_AGE_GRACE_MS,
     DEFAULT_MAX_CONNECTION_AGE_MS,
@@ -110,6 +111,10 @@ def _defaults_problem(args: argparse.Namespace) -> str | None:
     ):
         if not 0 <= getattr(args, flag) <= MAX_CONFIG_VALUE:
             return f"--{flag.replace('_', '-')} must be between 0 and {MAX_CONFIG_VALUE}"
+    try:
+        check_assignor_principals(args.assignor_principals)
+    except CoordinatorError as error:
+        return f"--assignor-principals (ASSIGNOR_PRINCIPALS): {error.message}"
     return None
 
 
@@ -191,6 +196,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=_env("REBALANCE_WAVE_PAUSE_MS", defaults.rebalance_wave_pause_ms),
         help="group default for rebalance.wave.pause.ms: the pause between waves, from the "
         "delivery of the previous wave's last resource (REBALANCE_WAVE_PAUSE_MS)",
+    )
+    p.add_argument(
+        "--assignor-principals",
+        default=_env("ASSIGNOR_PRINCIPALS", defaults.assignor_principals),
+        help="group default for assignor.principals: comma-separated principals whose members "
+        "may compute assignments (e.g. 'User:CN=connect-admin,O=example'); empty: any member "
+        "(ASSIGNOR_PRINCIPALS)",
     )
     p.add_argument(
         "--assignment-error-backoff-ms",

@@ -53,6 +53,7 @@ def serve(args: argparse.Namespace) -> int:
         scheduled_rebalance_max_delay_ms=args.scheduled_rebalance_max_delay_ms,
         rebalance_wave_max_resources=args.rebalance_wave_max_resources,
         rebalance_wave_pause_ms=args.rebalance_wave_pause_ms,
+        assignor_principals=args.assignor_principals,
         assignment_error_backoff_ms=args.assignment_error_backoff_ms,
         max_group_size=args.max_group_size,
         max_message_bytes=args.max_message_bytes,

@@ -28,12 +28,19 @@ from connect_protocol.messages import (
     PrepareRequest,
     PutConnectorRequest,
 )
-from connect_protocol.resources import EMPTY, ResourceSet
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core import replay
 from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
 from coordinator_svc.core.assignment import install_assignment, prepare_assignment
 from coordinator_svc.core.heartbeat import heartbeat
-from coordinator_svc.core.model import GroupConfigDefaults, GroupState, GroupStatus, Member
+from coordinator_svc.core.model import (
+    GroupConfigDefaults,
+    GroupMeta,
+    GroupState,
+    GroupStatus,
+    Hold,
+    Member,
+)
 from coordinator_svc.core.records import EventRecord, GroupMetaRecord, MemberRecord, Record
 from coordinator_svc.core.results import Result
 from coordinator_svc.store import Lease, LeaseHolder, LeaseLost, SqlStore, StoreUnavailable, rows
@@ -635,3 +642,22 @@ def test_a_commit_narrows_a_member_only_if_every_change_of_it_was_epoch_only() -
     full = Plan.of(GROUP, [MemberRecord(GROUP, member), MemberRecord(GROUP, moved, True)])
     narrow = Plan.of(GROUP, [MemberRecord(GROUP, moved, True)])
     assert full.epoch_only == set() and narrow.epoch_only == {"w1"}
+
+
+def test_a_holds_instance_id_round_trips_and_rows_from_before_it_read_without_one() -> None:
+    """Issue 23: a hold keeps the fenced static member's instance id bound, so `groups.holds`
+    carries it; a row written before it has none and reads as None."""
+    held = ResourceSet.of(["A"], [TaskId("A", 0)])
+    meta = GroupMeta(
+        GROUP,
+        3,
+        holds=(
+            Hold("w2", held, 5_000, "User:alice", "pod-1"),
+            Hold("w3", held, 6_000, "User:bob"),
+        ),
+    )
+    row = json.loads(json.dumps(rows.group_row(meta)))  # as the JSON column stores it
+    assert rows.meta_from_row(row).holds == meta.holds
+    for hold in row["holds"]:
+        del hold["instance_id"]
+    assert [h.instance_id for h in rows.meta_from_row(row).holds] == [None, None]

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from connect_protocol.configs import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, config_digest
+from connect_protocol.configs import (
+    ASSIGNOR_PRINCIPALS,
+    HEARTBEAT_INTERVAL_MS,
+    SESSION_TIMEOUT_MS,
+    config_digest,
+)
 from connect_protocol.errors import (
     CoordinatorError,
     GroupIdNotFound,
@@ -202,6 +207,13 @@ def alter_configs(
             unset=list(req.unset),
             **_who(req.caller, principal),
         )
+        if state is not None and state.configs.get(ASSIGNOR_PRINCIPALS) != configs.get(
+            ASSIGNOR_PRINCIPALS
+        ):
+            # Who may compute changed (DESIGN 3.4): choose again. No epoch bump, the assignor's
+            # input is the same; a newly chosen member is asked on its next heartbeat if a
+            # computation is due, and a Prepare or Install from the old one is refused.
+            change.reselect_assignor()
     return Result(
         change.records(), AlterConfigsResponse(effective_configs=effective), change.timers
     )

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from connect_protocol.configs import (
+    ASSIGNOR_CONFIG_KEYS,
+    ASSIGNOR_PRINCIPALS,
     HEARTBEAT_INTERVAL_MS,
     REBALANCE_WAVE_PAUSE_MS,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
@@ -55,6 +57,7 @@ def _assignor_member(
     member_id: str,
     member_epoch: int,
     principal: str | None,
+    defaults: GroupConfigDefaults,
     may_describe: bool = True,
 ) -> tuple[GroupState, Member]:
     """Seed 000's checks 1-4, shared by Prepare and Install; and that the caller is the
@@ -82,13 +85,25 @@ def _assignor_member(
             f"member {member_id!r} is not the group's assignor member{chosen}; "
             "abandon the computation."
         )
+    allowed = state.assignor_principals(defaults)
+    if allowed is not None and member.principal not in allowed:
+        # Chosen before the server's default `assignor.principals` changed (a group config
+        # change reselects at once); its next heartbeat passes the role on (heartbeat.py).
+        raise UnknownMemberId(
+            f"member {member_id!r} may not compute group {group_id!r}'s assignment: "
+            f"{ASSIGNOR_PRINCIPALS} does not list its principal; abandon the computation."
+        )
     return state, member
 
 
-def current_selection(state: GroupState) -> Selection | NoSelection:
+def current_selection(state: GroupState, defaults: GroupConfigDefaults) -> Selection | NoSelection:
     """The selection as it stands (no exclusions): O(profiles), from the state's index."""
-    profiles = GroupProfiles(state.selection_index, frozenset(), {}, state.profile)
-    return select_with(profiles, state.meta.assignor_member_id)
+    profiles = GroupProfiles(
+        state.selection_index, frozenset(), {}, state.profile, {}, state.principal_of
+    )
+    return select_with(
+        profiles, state.meta.assignor_member_id, principals=state.assignor_principals(defaults)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +138,12 @@ def start_prepare(
         if not validated:
             validate_prepare(req)
         state, _member = _assignor_member(
-            state, req.group_id, req.member_id, req.member_epoch, principal, may_describe
+            state, req.group_id, req.member_id, req.member_epoch, principal, defaults, may_describe
         )
     except CoordinatorError as error:
         return refused(PrepareResponse, error)
-    selection = current_selection(state)
-    assert isinstance(selection, Selection), "an assignor member implies a selection"
+    selection = current_selection(state, defaults)
+    assert isinstance(selection, Selection), "an allowed assignor member implies a selection"
     change = GroupChange(state, req.group_id, now_ms, defaults)
     snapshot = PreparedSnapshot(
         group_epoch=state.group_epoch,
@@ -143,7 +158,7 @@ def start_prepare(
         members=tuple(state.members.values()),
         catalogue=tuple(state.catalogue.values()),
         target=state.target,
-        configs=change.effective_configs(),
+        configs={k: v for k, v in change.effective_configs().items() if k in ASSIGNOR_CONFIG_KEYS},
         now_ms=now_ms,
     )
     return Result(change.records(), view, change.timers)
@@ -270,7 +285,7 @@ def install_assignment(
             if not validated:
                 validate_install(req)
         state, _member = _assignor_member(
-            state, req.group_id, req.member_id, req.member_epoch, principal, may_describe
+            state, req.group_id, req.member_id, req.member_epoch, principal, defaults, may_describe
         )
         _check_assignor_state_size(req, defaults)
         change = GroupChange(state, req.group_id, now_ms, defaults)

@@ -23,6 +23,7 @@ from .model import (
     Member,
     MemberState,
     TargetAssignment,
+    assignor_principals,
     fencing_session_ms,
 )
 from .records import (
@@ -131,12 +132,23 @@ class GroupChange:
         lookup: Callable[[str], Profile | None] = (
             _no_profile if self.state is None else self.state.profile
         )
+        principal_lookup: Callable[[str], str | None] = (
+            _no_principal if self.state is None else self.state.principal_of
+        )
         return GroupProfiles(
             index,
             frozenset(self._removed | touched.keys()),
             {m: profile_of(member) for m, member in touched.items()},
             lookup,
+            {m: member.principal for m, member in touched.items()},
+            principal_lookup,
         )
+
+    def assignor_principals(self) -> frozenset[str] | None:
+        """Who may compute (`assignor.principals`, DESIGN 3.4); None: any principal."""
+        if self._configs is None and self.state is not None:
+            return self.state.assignor_principals(self.defaults)
+        return assignor_principals(self.configs(), self.defaults)
 
     def left_members(self) -> frozenset[str]:
         """Static members that left (epoch -2) and are held until their session expires."""
@@ -272,21 +284,36 @@ class GroupChange:
         self.timers.append(CancelTimer(key))
 
     def add_hold(
-        self, member_id: str, resources: ResourceSet, until_ms: int, principal: str = ""
+        self,
+        member_id: str,
+        resources: ResourceSet,
+        until_ms: int,
+        principal: str = "",
+        instance_id: str | None = None,
     ) -> None:
-        """Hold `resources` of a removed member until `until_ms`; its member id stays bound to
-        `principal` while the hold lasts."""
-        if resources:
-            holds = [h for h in self.meta.holds if h.member_id != member_id]
-            previous = next((h for h in self.meta.holds if h.member_id == member_id), None)
-            if previous is not None:
-                resources = resources | previous.resources
-                until_ms = max(until_ms, previous.until_ms)
-            holds.append(Hold(member_id, resources, until_ms, principal))
-            self.set_meta(holds=tuple(holds))
+        """Hold `resources` of a removed member until `until_ms`; its member id and its
+        instance id stay bound to `principal` while the hold lasts. A member removed again
+        under the id of a hold that still lasts (it rejoined) adds to that hold, and its
+        instance id binds until that hold ends, even when it held nothing new."""
+        previous = next((h for h in self.meta.holds if h.member_id == member_id), None)
+        if not resources and (previous is None or instance_id in (None, previous.instance_id)):
+            return
+        holds = [h for h in self.meta.holds if h.member_id != member_id]
+        if previous is not None:
+            # Nothing new to hold: the hold keeps its end.
+            until_ms = max(until_ms, previous.until_ms) if resources else previous.until_ms
+            resources = resources | previous.resources
+            instance_id = instance_id or previous.instance_id
+        holds.append(Hold(member_id, resources, until_ms, principal, instance_id))
+        self.set_meta(holds=tuple(holds))
 
     def hold(self, member_id: str) -> Hold | None:
         return next((h for h in self.meta.holds if h.member_id == member_id), None)
+
+    def holds_of_instance(self, instance_id: str) -> list[Hold]:
+        """The holds that keep `instance_id` bound (O(holds): callers ask only when an
+        instance id would change hands, never on a steady heartbeat)."""
+        return [h for h in self.meta.holds if h.instance_id == instance_id]
 
     def release_hold(self, member_id: str) -> Hold | None:
         hold = next((h for h in self.meta.holds if h.member_id == member_id), None)
@@ -324,6 +351,7 @@ class GroupChange:
             self.profiles(),
             self.meta.assignor_member_id,
             self.meta.excluded_assignors | self.left_members(),
+            self.assignor_principals(),
         )
         if isinstance(selection, NoSelection):
             if self.meta.assignor_member_id is not None:
@@ -383,4 +411,8 @@ class GroupChange:
 
 
 def _no_profile(_member_id: str) -> Profile | None:
+    return None
+
+
+def _no_principal(_member_id: str) -> str | None:
     return None

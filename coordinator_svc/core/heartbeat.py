@@ -175,6 +175,8 @@ class _Heartbeat:
                         f"instance id {req.instance_id!r}."
                     )
                 return self.take_over_static(holder)
+            if holder is None:
+                self.check_instance_holds(req.instance_id)
         if existing is not None:
             return self.rejoin(existing)
         if change.member_count() >= self.defaults.max_group_size:
@@ -334,6 +336,13 @@ class _Heartbeat:
                 f"{what} belongs to another principal; use an id of your own."
             )
 
+    def check_instance_holds(self, instance_id: str) -> None:
+        """An instance id that no member has now stays bound to the principal of a member that
+        was removed with a hold, until the hold ends (DESIGN 3.13, 3.14): that member's agent
+        may still run the held work, and its restarted pod must get the id back."""
+        for hold in self.change.holds_of_instance(instance_id):
+            self.check_bound(hold.principal, f"instance id {instance_id!r}")
+
     def known_member(self) -> Member:
         req = self.req
         member = self.change.member(req.member_id)
@@ -347,6 +356,8 @@ class _Heartbeat:
                     f"instance id {req.instance_id!r} belongs to member {holder.member_id!r}; "
                     "this member has been replaced and must stop."
                 )
+            if holder is None and (member is None or member.instance_id != req.instance_id):
+                self.check_instance_holds(req.instance_id)  # it would take the id: not steady
         if member is None:
             raise UnknownMemberId(
                 f"member {req.member_id!r} is not in group {req.group_id!r}; abandon your work "
@@ -369,7 +380,7 @@ class _Heartbeat:
         change, req = self.change, self.req
         until = self.now_ms + change.fencing_session_ms()
         change.remove_member(member.member_id)
-        change.add_hold(member.member_id, member.owned, until, member.principal)
+        change.add_hold(member.member_id, member.owned, until, member.principal, member.instance_id)
         if member.owned:
             change.schedule((HOLD, member.member_id), until)
         change.cancel((SESSION, member.member_id))
@@ -534,6 +545,11 @@ class _Heartbeat:
             or meta.assignor_member_id != member.member_id
             or (meta.compute_not_before_ms is not None and self.now_ms < meta.compute_not_before_ms)
         ):
+            return ErrorCode.NONE, ""
+        allowed = change.assignor_principals()
+        if allowed is not None and member.principal not in allowed:
+            # Chosen before the server's default assignor.principals changed: pass the role on.
+            change.reselect_assignor()
             return ErrorCode.NONE, ""
         if meta.compute_requested_epoch is None:
             change.set_meta(compute_requested_epoch=change.group_epoch)

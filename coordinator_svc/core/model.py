@@ -14,6 +14,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from connect_protocol.configs import (
+    ASSIGNOR_PRINCIPALS,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_REBALANCE_TIMEOUT_MS,
     DEFAULT_REBALANCE_WAVE_MAX_RESOURCES,
@@ -27,6 +28,7 @@ from connect_protocol.configs import (
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     SESSION_TIMEOUT_MS,
     config_int,
+    principal_list,
 )
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
 from connect_protocol.messages import Assignor
@@ -75,9 +77,12 @@ class GroupConfigDefaults:
     #: The database's config digest key (`SqlStore.config_digest_key`, loaded at start): every
     #: connector's `config_digest` is an HMAC under it. None (pure core tests): unkeyed digests.
     config_digest_key: bytes | None = field(default=None, repr=False)
+    #: Who may compute (DESIGN 3.4): comma-separated principals, "" for any.
+    assignor_principals: str = ""
 
     def as_map(self) -> dict[str, str]:
         return {
+            ASSIGNOR_PRINCIPALS: self.assignor_principals,
             SESSION_TIMEOUT_MS: str(self.session_timeout_ms),
             HEARTBEAT_INTERVAL_MS: str(self.heartbeat_interval_ms),
             REBALANCE_TIMEOUT_MS: str(self.rebalance_timeout_ms),
@@ -206,12 +211,17 @@ _EMPTY_ENTRY = TargetEntry()
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """Resources of a removed member that nobody may take before `until_ms` (DESIGN 3.13)."""
+    """Resources of a removed member that nobody may take before `until_ms` (DESIGN 3.13).
+
+    While it lasts, the member's id and its instance id (a static member's, else None) stay
+    bound to `principal`: no other principal may join with either (DESIGN 3.14).
+    """
 
     member_id: str
     resources: ResourceSet
     until_ms: int
     principal: str = ""
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +354,15 @@ class GroupState:
         member = self.members.get(member_id)
         return None if member is None else profile_of(member)
 
+    def principal_of(self, member_id: str) -> str | None:
+        """The principal of a member of the committed state."""
+        member = self.members.get(member_id)
+        return None if member is None else member.principal
+
+    def assignor_principals(self, defaults: GroupConfigDefaults) -> frozenset[str] | None:
+        """Who may compute (`assignor.principals`, DESIGN 3.4); None: any principal."""
+        return assignor_principals(self.configs, defaults)
+
     def status(self) -> GroupStatus:
         if not self.members:
             return GroupStatus.EMPTY
@@ -423,10 +442,16 @@ class GroupState:
         self.assignor_metadata_bytes += (0 if new is None else new.metadata_bytes()) - (
             0 if old is None else old.metadata_bytes()
         )
-        if old is not None and (new is None or old.assignors != new.assignors):
-            self.selection_index.remove(member_id, profile_of(old))
-        if new is not None and (old is None or old.assignors != new.assignors):
-            self.selection_index.add(member_id, profile_of(new))
+        moved = (
+            old is None
+            or new is None
+            or old.assignors != new.assignors
+            or old.principal != new.principal
+        )
+        if old is not None and moved:
+            self.selection_index.remove(member_id, profile_of(old), old.principal)
+        if new is not None and moved:
+            self.selection_index.add(member_id, profile_of(new), new.principal)
         if new is not None and new.state is MemberState.LEFT:
             self.left_members.add(member_id)
         else:
@@ -439,6 +464,15 @@ class GroupState:
             for name in (hold.resources & resources).names():
                 held[name] = f"hold:{hold.member_id}"
         return held
+
+
+def assignor_principals(
+    configs: Mapping[str, str], defaults: GroupConfigDefaults
+) -> frozenset[str] | None:
+    """The principals whose members may be chosen as assignor member (the group's
+    `assignor.principals`, else the server's default); None when any may."""
+    listed = principal_list(configs.get(ASSIGNOR_PRINCIPALS, defaults.assignor_principals))
+    return frozenset(listed) if listed else None
 
 
 def fencing_session_ms(

@@ -8,14 +8,18 @@ heap; selecting costs O(profiles x assignors) plus O(log members) to find the sm
 member id, and a join or leave updates the index in O(log members).
 
 `GroupChange` combines the index of the committed state with its own few changed members
-(`select_with`), so handlers never look at every member.
+(`select_with`), so handlers never look at every member. The group configuration
+`assignor.principals` narrows who may be the assignor member (not who votes); the index keeps
+each principal's ids apart, so that filter costs O(listed principals x profiles) lookups.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from connect_protocol.configs import ASSIGNOR_PRINCIPALS
 
 from .model import Member
 from .selection_index import Profile, SelectionIndex, profile_of
@@ -56,6 +60,15 @@ class GroupProfiles:
     hidden: frozenset[str]  # ids whose committed entry is out of date or gone
     extra: Mapping[str, Profile]  # touched members that are present, by id
     lookup: Callable[[str], Profile | None]  # the committed profile of a member id
+    extra_principals: Mapping[str, str] = field(default_factory=dict)  # of the touched members
+    principal_lookup: Callable[[str], str | None] = lambda _member_id: None  # committed ones
+
+    def principal(self, member_id: str) -> str | None:
+        if member_id in self.extra:
+            return self.extra_principals.get(member_id, "")
+        if member_id in self.hidden:
+            return None
+        return self.principal_lookup(member_id)
 
     def counts(self) -> Counter[Profile]:
         counts: Counter[Profile] = Counter(self.index.counts)
@@ -67,8 +80,15 @@ class GroupProfiles:
             counts[profile] += 1
         return +counts  # drop profiles counted down to zero
 
-    def smallest(self, profiles: Iterable[Profile], skip: Callable[[str], bool]) -> str | None:
-        """The smallest id of a member with one of `profiles` for which `skip` is false."""
+    def smallest(
+        self,
+        profiles: Iterable[Profile],
+        skip: Callable[[str], bool],
+        principals: frozenset[str] | None = None,
+    ) -> str | None:
+        """The smallest id of a member with one of `profiles` for which `skip` is false (and,
+        if `principals` is given, whose principal is one of them: O(principals x profiles)
+        heap lookups, never a look at other principals' members)."""
         wanted = set(profiles)
         best: str | None = None
         hidden = self.hidden
@@ -76,12 +96,19 @@ class GroupProfiles:
         def skipped(member_id: str) -> bool:
             return member_id in hidden or skip(member_id)
 
-        for profile in wanted:
-            found = self.index.smallest(profile, skipped)
-            if found and (best is None or found[0] < best):
-                best = found[0]
+        owners: Iterable[str | None] = [None] if principals is None else sorted(principals)
+        for owner in owners:
+            for profile in wanted:
+                found = self.index.smallest(profile, skipped, principal=owner)
+                if found and (best is None or found[0] < best):
+                    best = found[0]
         for member_id, profile in self.extra.items():
-            if profile in wanted and not skip(member_id) and (best is None or member_id < best):
+            if (
+                profile in wanted
+                and not skip(member_id)
+                and (principals is None or self.extra_principals.get(member_id, "") in principals)
+                and (best is None or member_id < best)
+            ):
                 best = member_id
         return best
 
@@ -131,14 +158,16 @@ def select_with(
     group: GroupProfiles,
     previous_assignor_member: str | None = None,
     excluded: frozenset[str] = frozenset(),
+    principals: frozenset[str] | None = None,
 ) -> Selection | NoSelection:
     """Pick the group's assignor and the member that computes with it.
 
     Candidates are names every member lists with overlapping version ranges; each member votes
     for its most preferred candidate; most votes wins, ties by name. The assignor member's range
-    covers every other member's; the previous assignor member is kept while it qualifies, and
-    members in `excluded` are passed over unless no other qualifies; otherwise the smallest
-    member id is chosen.
+    covers every other member's, and its principal is one of `principals` when that is given
+    (the group configuration `assignor.principals`: every member votes, only those compute);
+    the previous assignor member is kept while it qualifies, and members in `excluded` are
+    passed over unless no other qualifies; otherwise the smallest member id is chosen.
     """
     counts = group.counts()
     if not counts:
@@ -164,16 +193,30 @@ def select_with(
         spans = _summary(group, counts, lambda p: repr("[{}-{}]".format(*ranges[p])))
         public = f"no member's version range of assignor {name!r} covers every other member's"
         return NoSelection(f"{public} {spans}", public)
-    first_eligible = group.smallest(covering, lambda m: m in excluded)
+    first_eligible = group.smallest(covering, lambda m: m in excluded, principals)
     previous = previous_assignor_member
     if (
         previous is not None
         and _has_profile(group, previous, covering)
+        and (principals is None or group.principal(previous) in principals)
         and (previous not in excluded or first_eligible is None)
     ):
         return Selection(name, version, previous)
-    chosen = first_eligible or group.smallest(covering, lambda _m: False)
+    chosen = first_eligible or group.smallest(covering, lambda _m: False, principals)
+    if chosen is None:
+        public = (
+            f"no member of a principal that {ASSIGNOR_PRINCIPALS} lists can compute: only "
+            f"{_listed(principals)} may be the assignor member, and no such member covers "
+            "every other member's version range; the group stays ASSIGNING until one joins"
+        )
+        return NoSelection(public, public)
     return Selection(name, version, chosen)
+
+
+def _listed(principals: frozenset[str] | None) -> str:
+    shown = sorted(principals or ())
+    text = ", ".join(repr(p) for p in shown[:_EXAMPLES])
+    return text + (f" (+{len(shown) - _EXAMPLES} more)" if len(shown) > _EXAMPLES else "")
 
 
 def _has_profile(group: GroupProfiles, member_id: str, profiles: list[Profile]) -> bool:
@@ -188,13 +231,16 @@ def select(
     members: Iterable[Member],
     previous_assignor_member: str | None = None,
     excluded: frozenset[str] = frozenset(),
+    principals: frozenset[str] | None = None,
 ) -> Selection | NoSelection:
     """`select_with` over a plain collection of members (O(members log members))."""
     index = SelectionIndex()
     profiles: dict[str, Profile] = {}
+    owners: dict[str, str] = {}
     for member in members:
         profile = profile_of(member)
         profiles[member.member_id] = profile
-        index.add(member.member_id, profile)
-    group = GroupProfiles(index, frozenset(), {}, profiles.get)
-    return select_with(group, previous_assignor_member, excluded)
+        owners[member.member_id] = member.principal
+        index.add(member.member_id, profile, member.principal)
+    group = GroupProfiles(index, frozenset(), {}, profiles.get, {}, owners.get)
+    return select_with(group, previous_assignor_member, excluded, principals)

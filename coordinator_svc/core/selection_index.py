@@ -2,7 +2,8 @@
 
 A member's *profile* is what selection sees of it: the (name, minimum, maximum) version ranges of
 the assignors it lists, most preferred first. `GroupState` keeps a `SelectionIndex` up to date as
-members come, go and change (O(log members) each); `selection.select_with` reads it.
+members come, go and change (O(log members) each); `selection.select_with` reads it. Members are
+also kept per principal, for the group configuration `assignor.principals`.
 """
 
 from __future__ import annotations
@@ -80,19 +81,31 @@ class _IdHeap:
 
 
 class SelectionIndex:
-    """Member profiles of a group, counted, with the ids of each profile's members."""
+    """Member profiles of a group, counted, with the ids of each profile's members, and the
+    same ids again per principal (for `assignor.principals`, DESIGN 3.4: the smallest id of a
+    listed principal is then found without looking at the others' members)."""
 
-    __slots__ = ("_counts", "_ids")
+    __slots__ = ("_by_principal", "_counts", "_ids")
 
     def __init__(self) -> None:
         self._counts: dict[Profile, int] = {}
         self._ids: dict[Profile, _IdHeap] = {}
+        self._by_principal: dict[str, dict[Profile, _IdHeap]] = {}
 
-    def add(self, member_id: str, profile: Profile) -> None:
+    def add(self, member_id: str, profile: Profile, principal: str = "") -> None:
         self._counts[profile] = self._counts.get(profile, 0) + 1
         self._ids.setdefault(profile, _IdHeap()).add(member_id)
+        self._by_principal.setdefault(principal, {}).setdefault(profile, _IdHeap()).add(member_id)
 
-    def remove(self, member_id: str, profile: Profile) -> None:
+    def remove(self, member_id: str, profile: Profile, principal: str = "") -> None:
+        mine = self._by_principal.get(principal)
+        heap = None if mine is None else mine.get(profile)
+        if mine is not None and heap is not None:
+            heap.remove(member_id)
+            if not heap:
+                del mine[profile]
+                if not mine:
+                    del self._by_principal[principal]
         count = self._counts.get(profile, 0) - 1
         if count <= 0:
             self._counts.pop(profile, None)
@@ -106,7 +119,16 @@ class SelectionIndex:
         return self._counts
 
     def smallest(
-        self, profile: Profile, skip: Callable[[str], bool], limit: int | None = None
+        self,
+        profile: Profile,
+        skip: Callable[[str], bool],
+        limit: int | None = None,
+        principal: str | None = None,
     ) -> list[str]:
-        ids = self._ids.get(profile)
+        """Up to `limit` (default 1) smallest ids with `profile` (of `principal`'s members
+        only, if given) for which `skip` is false."""
+        if principal is None:
+            ids = self._ids.get(profile)
+        else:
+            ids = self._by_principal.get(principal, {}).get(profile)
         return [] if ids is None else ids.smallest(skip, limit)

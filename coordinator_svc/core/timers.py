@@ -38,7 +38,9 @@ def on_timer(
         if hold is not None and now_ms >= hold.until_ms:
             change.event(EventType.HOLD_RELEASED, member_id, released=hold.resources.to_json())
         elif hold is not None:  # not due yet: a stale timer; keep the hold and re-arm
-            change.add_hold(hold.member_id, hold.resources, hold.until_ms, hold.principal)
+            change.add_hold(
+                hold.member_id, hold.resources, hold.until_ms, hold.principal, hold.instance_id
+            )
             change.schedule(key, hold.until_ms)
     return Result(change.records(), None, change.timers)
 
@@ -65,7 +67,7 @@ def _revocation_timed_out(change: GroupChange, member_id: str) -> None:
         return
     until = change.now_ms + change.fencing_session_ms()
     change.remove_member(member_id)
-    change.add_hold(member_id, member.owned, until, member.principal)
+    change.add_hold(member_id, member.owned, until, member.principal, member.instance_id)
     change.schedule((HOLD, member_id), until)
     change.cancel((SESSION, member_id))
     change.event(

@@ -9,11 +9,13 @@ import re
 from collections.abc import Iterable
 
 from connect_protocol.configs import (
+    ASSIGNOR_PRINCIPALS,
     CONFIG_KEYS,
     HEARTBEAT_INTERVAL_MS,
     MAX_CONFIG_VALUE,
     SESSION_TIMEOUT_MS,
     minimum_value,
+    principal_list,
 )
 from connect_protocol.errors import InvalidRequest
 from connect_protocol.messages import (
@@ -36,6 +38,7 @@ MAX_PRINCIPAL_LENGTH = 1_024
 #: Assignors one member may list (the agent lists two; each is kept per member and compared
 #: across the group).
 MAX_CLIENT_ASSIGNORS = 64
+MAX_ASSIGNOR_PRINCIPALS = 64
 
 
 def _require(condition: bool, rule: str) -> None:
@@ -197,6 +200,41 @@ def _check_config_keys(keys: Iterable[str]) -> None:
         )
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A principal as the coordinator names callers (`principals.PrincipalMapper`): "User:" and a
+#: name that neither starts nor ends with a space or a comma.
+_PRINCIPAL = re.compile(r"User:[^\s,](?:.*[^\s,])?", re.DOTALL)
+
+
+def check_assignor_principals(raw: str) -> None:
+    """An `assignor.principals` value: empty, or up to MAX_ASSIGNOR_PRINCIPALS distinct
+    principals of at most MAX_PRINCIPAL_LENGTH characters each, comma-separated (a new entry
+    starts at ",User:", so a subject's own commas stay in its principal)."""
+    what = ASSIGNOR_PRINCIPALS
+    _require(
+        len(raw) <= MAX_ASSIGNOR_PRINCIPALS * (MAX_PRINCIPAL_LENGTH + 2),
+        f"{what} must list at most {MAX_ASSIGNOR_PRINCIPALS} principals of at most "
+        f"{MAX_PRINCIPAL_LENGTH} characters each.",
+    )
+    _require(_CONTROL.search(raw) is None, f"{what} must not contain control characters.")
+    principals = principal_list(raw)
+    _require(
+        len(principals) <= MAX_ASSIGNOR_PRINCIPALS,
+        f"{what} must list at most {MAX_ASSIGNOR_PRINCIPALS} principals, got {len(principals)}.",
+    )
+    for principal in principals:
+        _require(
+            len(principal) <= MAX_PRINCIPAL_LENGTH,
+            f"each principal of {what} must be at most {MAX_PRINCIPAL_LENGTH} characters.",
+        )
+        _require(
+            _PRINCIPAL.fullmatch(principal) is not None,
+            f"{what} must be comma-separated principals as the coordinator names callers, "
+            f"'User:<name>' (for example 'User:CN=worker,O=example'), got {principal!r}.",
+        )
+    _require(len(set(principals)) == len(principals), f"{what} lists a principal more than once.")
+
+
 def validate_alter_configs(req: AlterConfigsRequest) -> None:
     _check_name(req.group_id, "GroupId")
     _require(
@@ -207,6 +245,9 @@ def validate_alter_configs(req: AlterConfigsRequest) -> None:
     _check_config_keys(req.unset)
     _require(not set(req.set) & set(req.unset), "a configuration cannot be both set and unset.")
     for key, raw in req.set.items():
+        if key == ASSIGNOR_PRINCIPALS:
+            check_assignor_principals(raw)
+            continue
         _require(
             re.fullmatch(r"-?[0-9]+", raw) is not None,
             f"{key} must be an integer number of milliseconds, got {raw!r}.",

@@ -544,7 +544,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                     group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist."
                 )
                 return Result([], lambda: missing)
-            selection = current_selection(state)
+            selection = current_selection(state, self.defaults)
             if isinstance(selection, NoSelection):
                 reason, name = selection.reason, ""
             else:

@@ -145,6 +145,7 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
                 "resources": h.resources.to_json(),
                 "until_ms": h.until_ms,
                 "principal": h.principal,
+                "instance_id": h.instance_id,
             }
             for h in meta.holds
         ],
@@ -180,6 +181,7 @@ def meta_from_row(row: Row) -> GroupMeta:
                 _resources(h["resources"]),
                 int(h["until_ms"]),
                 str(h.get("principal", "")),
+                None if h.get("instance_id") is None else str(h["instance_id"]),
             )
             for h in row["holds"] or ()
         ),

@@ -259,3 +259,60 @@ def test_rate_zero_is_unlimited() -> None:
     buckets = TokenBuckets("joins", "--max-joins-per-s", rate=0, burst=0, clock=FakeClock())
     for _ in range(10_000):
         buckets.take(ALICE)
+
+
+def _fenced_static_member_of_alice() -> GroupHarness:
+    """A settled group whose w2 (instance `pod-1`, alice's) was fenced: its work is held."""
+    h = stable_group()
+    keep = HeartbeatRequest(
+        h.group_id, "w2", h.member("w2").member_epoch, instance_id="pod-1", owned=None
+    )
+    assert _as(h, ALICE, keep) in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT)
+    assert (h.member("w2").principal, h.member("w2").instance_id) == (ALICE, "pod-1")
+    assert _as(h, ALICE, replace(keep, member_epoch=99)) == ErrorCode.FENCED_MEMBER_EPOCH
+    assert not h.has_member("w2")
+    assert h.state is not None
+    assert [(x.member_id, x.principal, x.instance_id) for x in h.state.meta.holds] == [
+        ("w2", ALICE, "pod-1")
+    ]
+    return h
+
+
+def test_a_fenced_static_members_instance_id_stays_bound_while_its_work_is_held() -> None:
+    """Issue 23: the hold keeps the instance id bound, not only the member id. Mallory's join
+    with it, under a new member id, and her own member's heartbeat that would take it on, are
+    refused and change nothing; alice's restarted pod (a new member id) gets it."""
+    h = _fenced_static_member_of_alice()
+    assert _as(h, MALLORY, _join("m1")) in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT)
+    before = h.dump()
+    assert _as(h, MALLORY, _join("m2", instance_id="pod-1")) == (
+        ErrorCode.GROUP_AUTHORIZATION_FAILED
+    )
+    last = h.records_of_last_call
+    assert h.dump() == before and not last
+    taking = HeartbeatRequest(
+        h.group_id, "m1", h.member("m1").member_epoch, instance_id="pod-1", owned=None
+    )
+    assert _as(h, MALLORY, taking) == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert h.dump() == before
+    assert _as(h, MALLORY, replace(_join("m1", instance_id="pod-1"))) == (
+        ErrorCode.GROUP_AUTHORIZATION_FAILED
+    )
+    assert h.dump() == before
+
+    assert _as(h, ALICE, _join("w3", instance_id="pod-1")) in (
+        ErrorCode.NONE,
+        ErrorCode.COMPUTE_ASSIGNMENT,
+    )
+    assert (h.member("w3").principal, h.member("w3").instance_id) == (ALICE, "pod-1")
+
+
+def test_the_instance_id_is_free_again_once_the_hold_ends() -> None:
+    h = _fenced_static_member_of_alice()
+    h.sleep(DEFAULTS.session_timeout_ms)  # the hold ends (and w1 expires: nobody heartbeats)
+    assert h.state is not None and not h.state.meta.holds
+    assert _as(h, MALLORY, _join("m2", instance_id="pod-1")) in (
+        ErrorCode.NONE,
+        ErrorCode.COMPUTE_ASSIGNMENT,
+    )
+    assert h.member("m2").instance_id == "pod-1"

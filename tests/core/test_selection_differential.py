@@ -4,6 +4,8 @@ index of the state plus the change's own members)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -119,3 +121,100 @@ def test_removing_members_keeps_the_index_exact() -> None:
     assert isinstance(result, Selection)
     assert result.assignor_member_id == "m199"
     assert dict(state.selection_index.counts) == {(("incremental_cooperative", 1, 2),): 1}
+
+
+# --- with assignor.principals (issue 23) --------------------------------------------------------
+
+PRINCIPALS = ["", "User:a", "User:b", "User:c"]
+
+
+def reference(
+    group: list[Member],
+    previous: str | None,
+    excluded: frozenset[str],
+    principals: frozenset[str] | None,
+) -> frozen.Selection | frozen.NoSelection:
+    """The frozen selection, with the assignor member chosen among the covering members of a
+    listed principal (DESIGN 3.4): the same rules, quadratic, over the filtered list."""
+    old = frozen.select(group, previous, excluded)
+    if principals is None or isinstance(old, frozen.NoSelection):
+        return old
+    ordered = sorted(group, key=lambda m: m.member_id)
+    ranges = [m.assignor(old.assignor_name) for m in ordered]
+    covering = [
+        m
+        for m, mine in zip(ordered, ranges, strict=True)
+        if mine is not None and all(other is not None and mine.covers(other) for other in ranges)
+    ]
+    allowed = [m for m in covering if m.principal in principals]
+    if not allowed:
+        return frozen.NoSelection("no listed principal's member covers every range")
+    eligible = [m for m in allowed if m.member_id not in excluded] or allowed
+    chosen = next((m for m in eligible if m.member_id == previous), eligible[0])
+    return frozen.Selection(old.assignor_name, old.version, chosen.member_id)
+
+
+@st.composite
+def members_of_principals(draw: st.DrawFn) -> list[Member]:
+    return [
+        replace(member, principal=draw(st.sampled_from(PRINCIPALS))) for member in draw(members())
+    ]
+
+
+listed = st.one_of(st.none(), st.frozensets(st.sampled_from(PRINCIPALS[1:]), min_size=1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    members_of_principals(),
+    st.one_of(st.none(), st.sampled_from(IDS)),
+    st.frozensets(st.sampled_from(IDS), max_size=4),
+    listed,
+)
+def test_select_with_a_principal_list_chooses_what_the_reference_chose(
+    group: list[Member],
+    previous: str | None,
+    excluded: frozenset[str],
+    principals: frozenset[str] | None,
+) -> None:
+    assert same(
+        select(group, previous, excluded, principals),
+        reference(group, previous, excluded, principals),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    members_of_principals(),
+    members_of_principals(),
+    st.lists(st.sampled_from(IDS), max_size=4),
+    st.one_of(st.none(), st.sampled_from(IDS)),
+    st.frozensets(st.sampled_from(IDS), max_size=3),
+    listed,
+)
+def test_a_change_with_a_principal_list_chooses_what_the_reference_chose(
+    committed: list[Member],
+    changed: list[Member],
+    removed: list[str],
+    previous: str | None,
+    excluded: frozenset[str],
+    principals: frozenset[str] | None,
+) -> None:
+    """Also members whose principal changed (adopted) in the change or in the committed
+    state: the index keeps each member under its current principal."""
+    state = GroupState(GroupMeta("g", 3, assignor_member_id=previous), TargetAssignment(3))
+    for member in committed:
+        state.put_member(member)
+    for member in committed[::3]:
+        state.put_member(replace(member, principal="User:a"))  # re-indexed in the state
+    change = GroupChange(state, "g", 0, GroupConfigDefaults())
+    for member in changed[:4]:
+        change.put_member(member)
+    for member_id in removed:
+        change.remove_member(member_id)
+    present = change.members()
+    left = frozenset(m for m, member in present.items() if member.state is MemberState.LEFT)
+
+    new = select_with(change.profiles(), previous, excluded | left, principals)
+
+    assert same(new, reference(list(present.values()), previous, excluded | left, principals))

@@ -288,6 +288,36 @@ def test_bob_cannot_take_over_alices_instance_id_after_her_static_leave(
     assert bob.heartbeat().error_code in (0, COMPUTE_ASSIGNMENT)
 
 
+def test_bob_cannot_take_a_fenced_static_members_instance_id_while_its_work_is_held(
+    secured: InProcessCoordinator,
+    clients: Clients,
+    group: str,
+    pair: tuple[ScriptedWorker, ScriptedWorker],
+) -> None:
+    """Issue 23's finding: alice's static member is fenced (a stale epoch), so its work is
+    held and her agent may still run it; bob joining with her instance id under a new member
+    id, or taking it on with his own member, is refused and changes nothing; alice's restarted
+    pod (a new member id, the same instance id) is accepted."""
+    alice, bob = pair
+    fenced = alice.heartbeat(epoch=alice.epoch + 3)
+    assert fenced.error_code == ErrorCode.FENCED_MEMBER_EPOCH, fenced
+    assert "a1" not in {m.member_id for m in describe(clients.admin, group).members}
+    unchanged = Unchanged(secured, clients, group)
+
+    refused(ScriptedWorker(clients.bob, group, "b2", instance_id="inst-a").join())
+    own_member = ScriptedWorker(clients.bob, group, "b1", instance_id="inst-a")
+    own_member.epoch, own_member.owned = bob.epoch, bob.owned
+    refused(own_member.heartbeat(full=True))
+    unchanged.check()
+
+    restarted = ScriptedWorker(clients.alice, group, "a2", instance_id="inst-a")
+    assert restarted.join().error_code in (0, COMPUTE_ASSIGNMENT), restarted.last
+    described = {m.member_id: m for m in describe(clients.admin, group).members}
+    assert set(described) == {"a2", "b1"}
+    assert described["a2"].instance_id == "inst-a"
+    assert bob.heartbeat().error_code in (0, COMPUTE_ASSIGNMENT), bob.last
+
+
 # --- the assignor member ------------------------------------------------------------------------
 
 
