@@ -132,6 +132,11 @@ def _rekey_digests(conn: sa.Connection) -> None:
         "coordinator_secrets", sa.column("name", sa.String()), sa.column("value", sa.LargeBinary())
     )
     conn.execute(secrets_table.insert().values(name="config_digest_key", value=key))
+    _set_digests(conn, key)
+
+
+def _set_digests(conn: sa.Connection, key: bytes | None) -> None:
+    """Every connector's `config_digest` computed again: keyed by `key`, or unkeyed (None)."""
     connectors = sa.table(
         "connectors",
         sa.column("group_id", sa.String()),
@@ -158,21 +163,7 @@ def downgrade() -> None:
         for what in ("insert", "update", "delete"):
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS acls_changed_{what}")
     # Digests go back to unkeyed ones (what revision 0004's code computes).
-    connectors = sa.table(
-        "connectors",
-        sa.column("group_id", sa.String()),
-        sa.column("name", sa.String()),
-        sa.column("config", sa.JSON()),
-        sa.column("config_digest", sa.String()),
-    )
-    rows = conn.execute(sa.select(connectors.c.group_id, connectors.c.name, connectors.c.config))
-    for group_id, name, config in rows.all():
-        digest = config_digest({str(k): str(v) for k, v in (config or {}).items()})
-        conn.execute(
-            connectors.update()
-            .where(connectors.c.group_id == group_id, connectors.c.name == name)
-            .values(config_digest=digest)
-        )
+    _set_digests(conn, None)
     op.drop_table("coordinator_secrets")
     op.drop_table("acl_audit")
     with op.batch_alter_table("groups") as batch:
