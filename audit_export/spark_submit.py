@@ -6,8 +6,9 @@
 
 The driver imports the package from wherever this file is (a checkout, or an installed copy). The
 executors run some of its Python too (the incremental findings fold each group's events on
-them), so this file ships the package to them itself (`package_zip`, `addPyFile`). Executors need
-Spark, Java and a Python of the driver's minor version, but not the package. They also need the
+them), so this file ships the package (and the `connect_protocol` modules it imports) to them
+itself (`package_zip`, `addPyFile`). Executors need Spark, Java and a Python of the driver's
+minor version, but not the package. They also need the
 JDBC driver (`--jars` ships it), a route to the database (they read their partitions themselves)
 and an output they share with the driver (README.md, "Audit export").
 `tests/audit/test_local_cluster.py` runs this file on `local-cluster`.
@@ -26,6 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import audit_export
+import connect_protocol
 from audit_export.cli import build_parser, main_submit
 from audit_export.session import APP_NAME
 
@@ -34,15 +36,21 @@ PACKAGE_ZIP = "audit-export-package.zip"
 pass that one with `--py-files`."""
 
 
+#: What the executors import: the package, and the standard-library modules of
+#: `connect_protocol` it uses (`safe_text`, `env`; the rest is never imported there).
+SHIPPED_PACKAGES = (audit_export, connect_protocol)
+
+
 def package_zip(directory: str) -> str:
-    """The package the driver runs, zipped into `directory` for `SparkContext.addPyFile`."""
-    assert audit_export.__file__ is not None
-    root = Path(audit_export.__file__).resolve().parent
+    """The packages the driver runs, zipped into `directory` for `SparkContext.addPyFile`."""
     path = os.path.join(directory, PACKAGE_ZIP)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in sorted(root.rglob("*")):
-            if file.is_file() and "__pycache__" not in file.parts:
-                zf.write(file, file.relative_to(root.parent).as_posix())
+        for package in SHIPPED_PACKAGES:
+            assert package.__file__ is not None
+            root = Path(package.__file__).resolve().parent
+            for file in sorted(root.rglob("*")):
+                if file.is_file() and "__pycache__" not in file.parts:
+                    zf.write(file, file.relative_to(root.parent).as_posix())
     return path
 
 
