@@ -5,9 +5,7 @@ terminal control sequences (validation refuses only NUL), and `describe`, `list-
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -16,9 +14,8 @@ from coordinator_svc.store.acl_store import AclStore
 from coordinator_svc.store.engine import Database
 from coordinator_svc.store.migrate import normalize_url
 from tests.support.client import ScriptedWorker, put_connector
-from tests.support.coordinator import REPO, InProcessCoordinator
+from tests.support.coordinator import InProcessCoordinator, run_cli
 
-ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}"}
 GROUP = "g\x1b[31mred\x07\x9b2J"
 CONNECTOR = "c\x1b[2J\x7f"
 MEMBER = "w\x1b]0;pwned\x07\u202e"
@@ -45,14 +42,7 @@ def raw_controls(text: str) -> list[str]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator_svc.cli", *args],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(*args)
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ The database is cut off by a TCP proxy in front of the test's PostgreSQL
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +16,9 @@ from connect.group.v1 import admin_pb2, coordinator_pb2
 from sqlalchemy.engine import make_url
 
 from tests.support.client import ScriptedWorker, put_connector
-from tests.support.coordinator import REPO, CoordinatorProcess, Stubs
+from tests.support.coordinator import CoordinatorProcess, Stubs, run_cli
 from tests.support.tcp_proxy import TcpProxy
 
-ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}"}
 SECRETS = ("userinfo-Secret-1", "query-Secret-2", "query-Secret-3")
 COORDINATOR_NOT_AVAILABLE = 15
 #: Driver text that must never reach a client.
@@ -29,14 +26,7 @@ DRIVER_TEXT = ("psycopg", "OperationalError", "connection to server", "sqlalchem
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator_svc.cli", *args],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(*args)
 
 
 def with_secrets(url: str, port: int | None = None) -> str:

@@ -39,6 +39,22 @@ FAST_DEFAULTS = GroupConfigDefaults(
 )
 
 
+#: The environment of a child process that imports this checkout (and its generated code).
+CHILD_ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}"}
+
+
+def run_cli(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`coordinator-svc ARGS...` as a child process of this checkout, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator_svc.cli", *args],
+        cwd=cwd,
+        env=CHILD_ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
