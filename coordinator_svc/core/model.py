@@ -120,6 +120,9 @@ class Member:
             ("" for members from before principals existed: the next caller adopts it).
         tokens: the fencing token of each resource of `assigned` (DESIGN 3.18).
         last_grant_at_ms: when it was last given a resource it did not hold (0: never).
+        stable_since_epoch: the member epoch at which it was last sent its current assignment
+            (DESIGN 3.21); changed only when its assignment, pending set or state changes,
+            never when an install moves it to a new epoch with its share unchanged.
     """
 
     member_id: str
@@ -135,6 +138,7 @@ class Member:
     principal: str = ""
     tokens: FencingTokens = NO_TOKENS
     last_grant_at_ms: int = 0
+    stable_since_epoch: int = 0
 
     @property
     def owned(self) -> ResourceSet:
@@ -251,6 +255,8 @@ class GroupMeta:
             never deleted, so neither is this counter.
         created_by: the principal whose request created the group (None: before that was
             recorded); --max-groups-per-principal counts by it.
+        compute_requested_at_ms: when a target computation was last requested (None: never);
+            `assignment.interval.ms` paces the next request from it (DESIGN 3.21).
     """
 
     group_id: str
@@ -268,6 +274,7 @@ class GroupMeta:
     session_floor_until_ms: int = 0
     last_fencing_token: int = 0
     created_by: str | None = None
+    compute_requested_at_ms: int | None = None
 
     def session_floor(self, now_ms: int) -> int:
         """The session timeout some member may still believe in, if above the configured one."""

@@ -153,6 +153,7 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
         "session_floor_until_ms": meta.session_floor_until_ms,
         "last_fencing_token": meta.last_fencing_token,
         "created_by": meta.created_by,
+        "compute_requested_at_ms": meta.compute_requested_at_ms,
     }
 
 
@@ -189,6 +190,7 @@ def meta_from_row(row: Row) -> GroupMeta:
         session_floor_until_ms=int(row["session_floor_until_ms"]),
         last_fencing_token=int(row["last_fencing_token"]),
         created_by=row["created_by"],
+        compute_requested_at_ms=row["compute_requested_at_ms"],
     )
 
 
@@ -233,6 +235,7 @@ def member_row(group_id: str, member: Member) -> dict[str, Any]:
         "principal": member.principal,
         "fencing_tokens": member.tokens.to_json(),
         "last_grant_at_ms": member.last_grant_at_ms,
+        "stable_since_epoch": member.stable_since_epoch,
     }
 
 
@@ -262,6 +265,7 @@ def member_from_row(row: Row) -> Member:
         principal=row["principal"],
         tokens=FencingTokens.from_json(row["fencing_tokens"]),
         last_grant_at_ms=int(row["last_grant_at_ms"]),
+        stable_since_epoch=int(row["stable_since_epoch"]),
     )
 
 

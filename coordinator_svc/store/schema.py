@@ -100,6 +100,9 @@ class Group(Base):
     # The principal whose request created the group (NULL: created before migration 0005, counted
     # only against --max-groups); --max-groups-per-principal counts by it.
     created_by: Mapped[str | None] = mapped_column(sa.String(PRINCIPAL_LENGTH), index=True)
+    # When a target computation was last requested (coordinator ms; NULL: never), from which
+    # `assignment.interval.ms` paces the next request (DESIGN 3.21).
+    compute_requested_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
 
 
 class GroupLease(Base):
@@ -144,6 +147,9 @@ class MemberRow(Base):
     # was last given a resource it did not hold (DESIGN 3.18).
     fencing_tokens: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
     last_grant_at_ms: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    # The member epoch at which it was last sent its current assignment (DESIGN 3.21): written
+    # when its assignment, pending set or state changes, never by an install's epoch-only move.
+    stable_since_epoch: Mapped[int] = mapped_column(sa.Integer, server_default="0")
 
 
 class ConnectorRow(Base):
