@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
+from prometheus_client import Histogram
 
 from connect_protocol.logs import fields
 
@@ -144,7 +145,9 @@ def register(
     generated `add_..._to_server`), so that an undecodable one is refused cleanly, working out
     the caller's principal (`identity`; UNAUTHENTICATED for a revoked or unmappable
     certificate) before the servicer sees the call, and refusing an answer over
-    `max_message_bytes` with RESOURCE_EXHAUSTED itself (gRPC would log a traceback for each)."""
+    `max_message_bytes` with RESOURCE_EXHAUSTED itself (gRPC would log a traceback for each).
+    Each call's time is observed once, in coordinator_rpc_latency_seconds under the method's
+    name (the steady heartbeat answered on the loop and the calls run on the pool alike)."""
     handlers = {}
     for method in service.methods:
         request_type = getattr(messages, method.input_type.name)
@@ -157,6 +160,8 @@ def register(
                 undecodable,
                 identity,
                 max_message_bytes,
+                # Bound once here: a call observes its series without looking it up.
+                undecodable.metrics.rpc_latency.labels(method.name),
             ),
             response_serializer=response_type.SerializeToString,
         )
@@ -172,32 +177,37 @@ def _decoding(
     undecodable: UndecodableRequests,
     identity: CallIdentity,
     max_message_bytes: int,
+    latency: Histogram,
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def handle(body: bytes, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
         try:
-            principal = identity.authenticate(context)
-        except Unauthenticated as refused:
-            undecodable.metrics.unauthenticated.inc()
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(refused))
-        try:
-            request = request_type.FromString(body)
-        except DecodeError:
-            undecodable.seen(rpc, context.peer())
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the request body is not a valid {request_type.DESCRIPTOR.full_name}.",
-            )
-        answer = await method(request, context, principal)
-        size = answer.ByteSize()
-        if size > max_message_bytes:
-            undecodable.metrics.errors.labels(rpc, "RESOURCE_EXHAUSTED").inc()
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                # gRPC's own wording, which clients recognise ("SERVER:": the server's limit).
-                f"SERVER: Sent message larger than max ({size} vs. {max_message_bytes}); ask "
-                "for less (fewer groups per DescribeGroups), or raise --max-message-bytes on "
-                "the coordinator and its clients.",
-            )
-        return answer
+            try:
+                principal = identity.authenticate(context)
+            except Unauthenticated as refused:
+                undecodable.metrics.unauthenticated.inc()
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(refused))
+            try:
+                request = request_type.FromString(body)
+            except DecodeError:
+                undecodable.seen(rpc, context.peer())
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request body is not a valid {request_type.DESCRIPTOR.full_name}.",
+                )
+            answer = await method(request, context, principal)
+            size = answer.ByteSize()
+            if size > max_message_bytes:
+                undecodable.metrics.errors.labels(rpc, "RESOURCE_EXHAUSTED").inc()
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    # gRPC's own wording, which clients recognise ("SERVER:": the server's limit).
+                    f"SERVER: Sent message larger than max ({size} vs. {max_message_bytes}); ask "
+                    "for less (fewer groups per DescribeGroups), or raise --max-message-bytes on "
+                    "the coordinator and its clients.",
+                )
+            return answer
+        finally:  # answered, refused (an abort raises) or given up by the caller alike
+            latency.observe(time.perf_counter() - started)
 
     return handle

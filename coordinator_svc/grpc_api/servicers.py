@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -258,8 +257,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
     def ConnectGroupHeartbeat(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Context
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-        started = time.perf_counter()
-        out = self._serve(
+        return self._serve(
             "ConnectGroupHeartbeat",
             context,
             request,
@@ -273,8 +271,6 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             ),
             Operation.MEMBER,
         )
-        self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
-        return out
 
     def steady_heartbeat(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, principal: str
@@ -283,8 +279,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
         thread, without waiting for the group's lock or touching the database
         (`GroupManager.execute_if_steady`); None when it needs `ConnectGroupHeartbeat`, which
         then does all of it again (bad input included, so that errors are reported in one
-        place)."""
-        started = time.perf_counter()
+        place). Its time is observed by the caller (`aio.register`), with the call's."""
         try:
             req = protocol_wire.heartbeat_request_from_wire(request)
             validate_request(req)
@@ -312,9 +307,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             self.manager.metrics.errors.labels(
                 "ConnectGroupHeartbeat", ErrorCode(resp.error_code).name
             ).inc()
-        out = protocol_wire.heartbeat_response_to_wire(resp)
-        self.manager.metrics.heartbeat_latency.observe(time.perf_counter() - started)
-        return out
+        return protocol_wire.heartbeat_response_to_wire(resp)
 
     def ConnectGroupPrepareAssignment(
         self, request: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, context: Context

@@ -1023,6 +1023,8 @@ def test_every_metric_the_rules_and_dashboard_use_exists_with_the_label_values_i
         "coordinator_rebalance_oldest_seconds",
         "coordinator_rebalance_oldest_timeout_ratio",
         "coordinator_group_lease_changes",
+        "coordinator_rpc_latency_seconds",
+        "coordinator_heartbeat_latency_seconds",
         "worker_agent_heartbeats",
         "worker_agent_heartbeat_errors",
         "worker_agent_heartbeat_failures",
