@@ -25,11 +25,13 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,7 @@ import grpc  # noqa: E402
 import psycopg  # noqa: E402
 from connect.group.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench.coordinator_bench import (  # noqa: E402
     Child,
@@ -54,7 +57,12 @@ from bench.coordinator_bench import (  # noqa: E402
     git_state,
 )
 from connect_protocol.safe_text import mask_url  # noqa: E402
-from tests.support.pgcluster import ThrowawayCluster, create_database, libpq_url  # noqa: E402
+from tests.support.pgcluster import (  # noqa: E402
+    ThrowawayCluster,
+    create_database,
+    find_pg_bin_dir,
+    libpq_url,
+)
 
 RESULTS = REPO / "bench" / "results"
 COORDINATOR_LOG = RESULTS / "scale-coordinator.log"
@@ -68,6 +76,15 @@ PG_SETTINGS = {
     "max_connections": "300",
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: The coordinator's own time per call (issue 24); older coordinators export only the heartbeat
+#: series, under its older name.
+RPC_HISTOGRAM = "coordinator_rpc_latency_seconds"
+HEARTBEAT_HISTOGRAM = "coordinator_heartbeat_latency_seconds"
+HEARTBEAT_RPC = "ConnectGroupHeartbeat"
+#: The state tables an install and the members' heartbeats write (per-install writes).
+MEMBER_TABLES = ("members", "target_assignments", "target_assignment_members")
+#: The machine counts as saturated when it is this busy (share of all cores) over a window.
+SATURATED = 0.9
 
 PRESETS: dict[str, dict[str, Any]] = {
     "full": {
@@ -157,6 +174,159 @@ def connector_name(i: int) -> str:
     return f"scale-benchmark-connector-number-{i:07d}"
 
 
+# --- the coordinator's own latency (its /metrics) ----------------------------------------------
+
+
+@dataclass
+class Scrape:
+    """One read of the coordinator's time-per-call histograms: rpc -> {le: cumulative count},
+    rpc -> sum of seconds."""
+
+    buckets: dict[str, dict[float, float]]
+    sums: dict[str, float]
+
+
+def scrape(port: int | None) -> Scrape | None:
+    """The coordinator's histograms of time per call (None: no metrics port, or no answer)."""
+    if port is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, float] = {}
+    legacy: dict[float, float] = {}
+    legacy_sum = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name not in (RPC_HISTOGRAM, HEARTBEAT_HISTOGRAM):
+            continue
+        for sample in family.samples:
+            rpc = sample.labels.get("rpc", HEARTBEAT_RPC)
+            if sample.name.endswith("_bucket"):
+                le = float(sample.labels["le"])
+                if family.name == RPC_HISTOGRAM:
+                    buckets.setdefault(rpc, {})[le] = sample.value
+                else:
+                    legacy[le] = sample.value
+            elif sample.name.endswith("_sum"):
+                if family.name == RPC_HISTOGRAM:
+                    sums[rpc] = sample.value
+                else:
+                    legacy_sum = sample.value
+    if HEARTBEAT_RPC not in buckets and legacy:  # a coordinator from before the `rpc` label
+        buckets[HEARTBEAT_RPC], sums[HEARTBEAT_RPC] = legacy, legacy_sum
+    return Scrape(buckets, sums)
+
+
+def served(before: Scrape | None, after: Scrape | None, rpc: str) -> dict[str, float] | None:
+    """Calls of `rpc` the coordinator answered between two scrapes: count, mean, p50 and p99 in
+    milliseconds (quantiles interpolated in their bucket from the buckets' deltas, as
+    Prometheus's histogram_quantile does); None without both scrapes or without a call."""
+    if before is None or after is None or rpc not in after.buckets:
+        return None
+    was = before.buckets.get(rpc, {})
+    delta = sorted((le, c - was.get(le, 0.0)) for le, c in after.buckets[rpc].items())
+    count = delta[-1][1] if delta else 0.0
+    if count <= 0:
+        return None
+
+    def quantile(q: float) -> float:
+        rank = q * count
+        low, below = 0.0, 0.0
+        for le, cumulative in delta:
+            if cumulative >= rank:
+                if le == float("inf"):
+                    return low * 1000  # past the last finite bucket: its bound
+                if cumulative <= below:
+                    return le * 1000
+                return (low + (le - low) * (rank - below) / (cumulative - below)) * 1000
+            low, below = le, cumulative
+        return low * 1000
+
+    total_s = after.sums.get(rpc, 0.0) - before.sums.get(rpc, 0.0)
+    return {
+        "count": count,
+        "mean_ms": total_s / count * 1000,
+        "p50_ms": quantile(0.5),
+        "p99_ms": quantile(0.99),
+    }
+
+
+# --- CPU per process over a window (/proc) -----------------------------------------------------
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot (/proc/stat; idle and iowait are
+    not busy)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    total = sum(ticks[:8])
+    return (total - idle) / CLK_TCK, total / CLK_TCK
+
+
+def postgres_cpu(data_dir: Path) -> float:
+    """CPU seconds of a PostgreSQL cluster: the postmaster with its reaped children (backends
+    that exited) and its live children (backends, background processes)."""
+    try:
+        postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    seconds = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        if pid == postmaster:
+            seconds += sum(int(x) for x in fields[11:15]) / CLK_TCK  # with reaped children
+        elif int(fields[1]) == postmaster:
+            seconds += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return seconds
+
+
+class CpuMeter:
+    """CPU seconds of the coordinator, PostgreSQL, each load process (with its assignor worker
+    process), this driver and the whole machine between `start()` and `stop()`."""
+
+    def __init__(self, st: Stage) -> None:
+        self.st = st
+
+    def read(self) -> dict[str, float]:
+        st = self.st
+        out = {
+            "coordinator": proc_cpu(st.pid),
+            "PostgreSQL": postgres_cpu(st.bench.cluster.data_dir),
+        }
+        for k, gen in enumerate(st.loadgens):
+            pids = [gen.proc.pid, *st.worker_pids.get(k, [])]
+            out[f"load process {k}"] = sum(proc_cpu(p) for p in pids)
+        out["driver (this process)"] = proc_cpu(os.getpid())
+        out["machine: busy"], out["machine: capacity"] = machine_cpu()
+        return out
+
+    def start(self) -> None:
+        self.t0, self.before = time.monotonic(), self.read()
+
+    def stop(self) -> dict[str, Any]:
+        after, window = self.read(), time.monotonic() - self.t0
+        seconds = {k: max(0.0, after[k] - self.before[k]) for k in after}
+        capacity = seconds.pop("machine: capacity") or window * (os.cpu_count() or 1)
+        busy = seconds.pop("machine: busy")
+        listed = sum(seconds.values())
+        seconds["other processes (not this benchmark's)"] = max(0.0, busy - listed)
+        return {
+            "window_s": window,
+            "cores": capacity / max(window, 1e-9),
+            "seconds": seconds,
+            "machine_busy_s": busy,
+            "machine_busy_share": busy / max(capacity, 1e-9),
+            "load_processes_s": sum(v for k, v in seconds.items() if k.startswith("load process")),
+        }
+
+
 # --- database statistics --------------------------------------------------------------------------
 #
 # As bench/coordinator_bench.py does it (read its comment): PostgreSQL flushes a backend's
@@ -244,6 +414,46 @@ class QuietDbStats(DbStats):
                 terminated=-1,
                 retries=0,
             )
+
+
+# Statements, by pg_stat_statements when the cluster has it (shared_preload_libraries; the
+# extension is created in each benchmark database): a call of a prepared or pipelined statement
+# counts once per execution, so an `executemany` of 10,000 rows is 10,000 statements, a single
+# UPDATE ... WHERE member_id = ANY(...) one.
+
+WRITE_STATEMENT = re.compile(
+    r'(?<!FOR )\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?', re.IGNORECASE
+)
+
+
+def write_statements(db_url: str) -> dict[str, int] | None:
+    """Write statements executed in the database since the last reset, by "VERB table" (None:
+    no pg_stat_statements)."""
+    try:
+        with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT query, calls FROM pg_stat_statements s JOIN pg_database d "
+                "ON d.oid = s.dbid WHERE d.datname = current_database()"
+            ).fetchall()
+    except psycopg.Error:
+        return None
+    out: dict[str, int] = {}
+    for query, calls in rows:
+        m = WRITE_STATEMENT.search(str(query))
+        if m is None:
+            continue
+        key = f"{m.group(1).split()[0].upper()} {m.group(2)}"
+        out[key] = out.get(key, 0) + int(calls)
+    return out
+
+
+def reset_statements(db_url: str) -> bool:
+    try:
+        with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
+        return True
+    except psycopg.Error:
+        return False
 
 
 # --- figures and tables ---------------------------------------------------------------------------
@@ -363,9 +573,14 @@ class Stage:
         a = bench.args
         self.database = f"scale_{name}"
         self.db_url = create_database(bench.cluster.url, self.database)
+        if bench.has_statements:
+            with psycopg.connect(libpq_url(self.db_url), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.stats = QuietDbStats(bench.cluster.url, self.db_url, self.database)
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.metrics_port = free_port() if bench.has_metrics_flag else None
+        self.worker_pids: dict[int, list[int]] = {}
         self.restarts = 0
         self.stopped = False
         self.coordinator = self.start_coordinator()
@@ -393,9 +608,10 @@ class Stage:
                 )
                 self.loadgens.append(gen)
             pids = [str(g.proc.pid) for g in self.loadgens]
-            for gen in self.loadgens:
+            for k, gen in enumerate(self.loadgens):
                 ready = gen.receive(120)
-                pids.extend(str(p) for p in ready.get("worker_pids", []))
+                self.worker_pids[k] = [int(p) for p in ready.get("worker_pids", [])]
+                pids.extend(str(p) for p in self.worker_pids[k])
             bench.note_state("loadgen_pids", " ".join(pids))
 
     def serve_argv(self, node: str) -> list[str]:
@@ -429,7 +645,12 @@ class Stage:
         ]
         if self.bench.has_max_message_flag:
             argv += ["--max-message-bytes", str(MAX_BYTES)]
+        if self.metrics_port is not None:
+            argv += ["--metrics-port", str(self.metrics_port), "--metrics-host", "127.0.0.1"]
         return argv
+
+    def scrape(self) -> Scrape | None:
+        return scrape(self.metrics_port)
 
     def start_coordinator(self) -> Coordinator:
         node = f"scale-{self.name}-{self.restarts}"
@@ -549,6 +770,8 @@ class ScaleBench:
         self.baseline: dict[str, float] = {}
         self.describe_largest = 0
         self.has_max_message_flag = False
+        self.has_metrics_flag = False
+        self.has_statements = False
         self.per_renewal = 0.0
         self.idle: dict[str, Any] = {}
         self.put_total = 0
@@ -569,14 +792,16 @@ class ScaleBench:
     def start(self) -> None:
         RESULTS.mkdir(parents=True, exist_ok=True)
         COORDINATOR_LOG.write_bytes(b"")
+        exe = self.args.serve_command or str(Path(sys.executable).parent / "coordinator-svc")
         help_text = subprocess.run(
-            [str(Path(sys.executable).parent / "coordinator-svc"), "serve", "--help"],
+            [*shlex.split(exe), "serve", "--help"],
             capture_output=True,
             text=True,
             timeout=60,
             cwd=REPO,
         ).stdout
         self.has_max_message_flag = "--max-message-bytes" in help_text
+        self.has_metrics_flag = "--metrics-port" in help_text
         log(
             "coordinator-svc serve "
             + (
@@ -591,7 +816,11 @@ class ScaleBench:
             + ", ".join(f"{k}={v}" for k, v in PG_SETTINGS.items())
             + ")"
         )
-        self.cluster = ThrowawayCluster(settings=PG_SETTINGS)
+        settings = dict(PG_SETTINGS)
+        self.has_statements = (find_pg_bin_dir().parent / "lib" / "pg_stat_statements.so").exists()
+        if self.has_statements:  # write statements per install (rebalance)
+            settings["shared_preload_libraries"] = "pg_stat_statements"
+        self.cluster = ThrowawayCluster(settings=settings)
         self.cluster.start()
         self.stack.callback(self.cluster.stop)
         self.note_state("pg_base", str(self.cluster.base_dir))
@@ -749,9 +978,14 @@ class ScaleBench:
                 f"form: {want} members join ({members} -> {mark}), "
                 f"{a.join_concurrency} at a time per process"
             )
+            scraped = st.scrape()
+            meter = CpuMeter(st)
+            meter.start()
             t0 = time.time()
             joins = self.join(st, group, ids, a.join_concurrency)
             t1 = time.time()
+            raw["form_cpu"] = meter.stop()
+            own = served(scraped, st.scrape(), HEARTBEAT_RPC)
             joining_s += t1 - t0
             members += want
             window = joins[-min(a.join_window, len(joins)) :]
@@ -766,6 +1000,7 @@ class ScaleBench:
                 "max_ms": lat[-1] / 1000 if lat else 0.0,
                 "rate_per_s": rate,
                 "all_p99_ms": pct(sorted(us for _, us in joins), 0.99),
+                "coordinator_heartbeats": own,
             }
             b = self.baseline
             w = f"last {len(window)} joins"
@@ -795,6 +1030,20 @@ class ScaleBench:
                 "/s",
                 baseline=f"{b['rate_per_s']:,.0f}/s (health)",
             )
+            self.fig(
+                "form",
+                "coordinator's own heartbeat p99 while joining",
+                size,
+                own["p99_ms"] if own else None,
+                "ms",
+                note=(
+                    f"its histogram: {own['count']:,.0f} heartbeats (joins and the joined "
+                    f"members' beats), p50 {own['p50_ms']:.2f} ms"
+                    if own
+                    else "no coordinator_rpc_latency_seconds (no --metrics-port?)"
+                ),
+            )
+            self.cpu_figures("form", size, raw["form_cpu"], "while joining")
             self.fig("form", "time joining (cumulative)", size, joining_s, "s")
             log(
                 f"  {want} joins in {t1 - t0:.1f}s; last {len(window)}: p50 "
@@ -909,13 +1158,31 @@ class ScaleBench:
         a = self.args
         interval_s = a.heartbeat_interval_ms / 1000
         log(f"rebalance: member {new_id} joins the STABLE group of {members}")
+        db_before = st.stats.snapshot()
+        counted = self.has_statements and reset_statements(st.db_url)
+        scraped = st.scrape()
         t_join = time.time()
         _, join_us = self.join_one(st, group, new_id)
         stable = self.wait_stable(st, group, members + 1, t_join)
+        statements = write_statements(st.db_url) if counted else None
+        scraped_after = st.scrape()
+        db = db_delta(db_before, st.stats.snapshot())
         runs = self.computes(st, t_join)
         done = [c for c in runs if c.get("installed")]
         c = done[0] if done else (runs[0] if runs else {})
-        raw["rebalance"] = {"join_ms": join_us / 1000, "stable": stable, "computes": runs}
+        own = {
+            rpc: served(scraped, scraped_after, rpc)
+            for rpc in ("ConnectGroupPrepareAssignment", "ConnectGroupInstallAssignment")
+        }
+        raw["rebalance"] = {
+            "join_ms": join_us / 1000,
+            "stable": stable,
+            "computes": runs,
+            "db": db,
+            "write_statements": statements,
+            "coordinator": own,
+        }
+        self.install_writes(size, db, statements, max(len(done), 1))
         self.fig(
             "rebalance",
             "assign() after one join",
@@ -952,6 +1219,19 @@ class ScaleBench:
             aim="< 1 s",
             met=(both < 1000) if both is not None else None,
         )
+        for rpc, short in (
+            ("ConnectGroupPrepareAssignment", "Prepare"),
+            ("ConnectGroupInstallAssignment", "Install"),
+        ):
+            mine = own[rpc]
+            self.fig(
+                "rebalance",
+                f"coordinator's own {short} (its histogram, mean)",
+                size,
+                mine["mean_ms"] if mine else None,
+                "ms",
+                note=f"{mine['count']:.0f} call(s)" if mine else "not scraped",
+            )
         self.fig(
             "rebalance",
             "decode view + encode install (client)",
@@ -981,6 +1261,48 @@ class ScaleBench:
             f"  assign {c.get('assign_ms', 0):.1f} ms, prepare {c.get('prepare_ms', 0):.1f} ms, "
             f"install {c.get('install_ms', 0):.1f} ms; all STABLE {stable['seconds']:.1f}s after "
             f"the join ({len(runs)} assignor run(s))"
+        )
+
+    def install_writes(
+        self, size: str, db: dict[str, Any], statements: dict[str, int] | None, installs: int
+    ) -> None:
+        """Database writes from one join to every member STABLE (the join, the install and the
+        members' next heartbeats), on the member and target tables, per install: statements
+        (pg_stat_statements) and tuple writes (pg_stat_user_tables)."""
+        tables = {t: v for t, v in db["tables"].items() if t in MEMBER_TABLES}
+        tuples = sum(sum(v.values()) for v in tables.values())
+        self.fig(
+            "rebalance",
+            "DB tuple writes per install (member + target tables)",
+            size,
+            tuples / installs,
+            "",
+            note="; ".join(
+                f"{t}: +{v['inserted']} ~{v['updated']} -{v['deleted']}" for t, v in tables.items()
+            )
+            + f"; join -> all STABLE, {installs} install(s), events "
+            + str(sum(db["tables"].get("events", {}).values())),
+        )
+        if statements is None:
+            self.fig(
+                "rebalance",
+                "DB write statements per install (member + target tables)",
+                size,
+                None,
+                "",
+                note="no pg_stat_statements in this PostgreSQL",
+            )
+            return
+        mine = {k: v for k, v in statements.items() if k.split()[1] in MEMBER_TABLES}
+        self.fig(
+            "rebalance",
+            "DB write statements per install (member + target tables)",
+            size,
+            sum(mine.values()) / installs,
+            "",
+            aim="constant in members",
+            note=", ".join(f"{k}: {v}" for k, v in sorted(mine.items()))
+            + f"; all tables {sum(statements.values())}",
         )
 
     def calibrate(self, st: Stage) -> None:
@@ -1016,11 +1338,16 @@ class ScaleBench:
         log(f"steady: {members} members heartbeat every {interval_s:g}s; window {a.steady_s:g}s")
         time.sleep(1.0)
         before: Snapshot = st.stats.snapshot()
+        scraped = st.scrape()
+        meter = CpuMeter(st)
+        meter.start()
         cpu0, m0 = proc_cpu(st.pid), time.monotonic()
         t0 = time.time()
         time.sleep(a.steady_s)
         t1 = time.time()
         cpu1, m1 = proc_cpu(st.pid), time.monotonic()
+        window_cpu = meter.stop()
+        own = served(scraped, st.scrape(), HEARTBEAT_RPC)
         after: Snapshot = st.stats.snapshot()
         db = db_delta(before, after)
         kinds: dict[str, list[int]] = {}
@@ -1049,6 +1376,8 @@ class ScaleBench:
             "max_ms": lat[-1] / 1000 if lat else 0.0,
             "rate_per_s": len(lat) / window,
             "cpu_cores": cpu,
+            "cpu": window_cpu,
+            "coordinator_heartbeats": own,
             "db": db,
         }
         b = self.baseline
@@ -1070,6 +1399,43 @@ class ScaleBench:
             aim="< 50 ms",
             met=pct(lat, 0.99) < 50,
         )
+        own_p99 = own["p99_ms"] if own else None
+        self.fig(
+            "steady",
+            "coordinator's own heartbeat p50",
+            size,
+            own["p50_ms"] if own else None,
+            "ms",
+            note=f"its histogram, {own['count']:,.0f} heartbeats" if own else "not scraped",
+        )
+        self.fig(
+            "steady",
+            "coordinator's own heartbeat p99",
+            size,
+            own_p99,
+            "ms",
+            aim="< 10 ms",
+            met=(own_p99 < 10) if own_p99 is not None else None,
+            note=f"mean {own['mean_ms']:.2f} ms" if own else "",
+        )
+        saturated = window_cpu["machine_busy_share"] >= SATURATED
+        client_met = pct(lat, 0.99) < 50
+        self.fig(
+            "steady",
+            "aim: p99 < 50 ms, or own p99 < 10 ms when saturated",
+            size,
+            pct(lat, 0.99) if client_met or own_p99 is None else own_p99,
+            "ms",
+            aim="client < 50 ms | own < 10 ms",
+            met=client_met or (saturated and own_p99 is not None and own_p99 < 10),
+            note=(
+                "client p99"
+                if client_met
+                else f"own p99; machine {100 * window_cpu['machine_busy_share']:.0f} % busy"
+                + ("" if saturated else f" (not saturated: < {100 * SATURATED:.0f} %)")
+            ),
+        )
+        self.cpu_figures("steady", size, window_cpu, "")
         self.fig(
             "steady",
             "heartbeats/s",
@@ -1130,6 +1496,25 @@ class ScaleBench:
             f"p99 {pct(lat, 0.99):.2f} ms; coordinator {cpu:.2f} cores; {db['commits']} commits "
             f"({db['lease_upkeep_commits']} lease upkeep), {db['tuple_writes']} tuple writes"
         )
+
+    def cpu_figures(self, phase: str, size: str, cpu: dict[str, Any], when: str) -> None:
+        """The CPU shares of a window as figures (the full table: `print_cpu`)."""
+        w = max(cpu["window_s"], 1e-9)
+        suffix = f" {when}" if when else ""
+        for name, seconds in (
+            ("machine busy", cpu["machine_busy_s"]),
+            ("PostgreSQL CPU", cpu["seconds"].get("PostgreSQL", 0.0)),
+            ("load processes CPU", cpu["load_processes_s"]),
+        ):
+            self.fig(
+                phase,
+                f"{name}{suffix}",
+                size,
+                seconds / w,
+                "cores",
+                baseline=f"{cpu['cores']:.0f} cores",
+                note=f"{100 * seconds / (w * cpu['cores']):.0f} % of the machine",
+            )
 
     def message_figures(self, size: str, largest: dict[str, int], last: bool) -> None:
         limit = MAX_BYTES if self.has_max_message_flag else 4 * 1024 * 1024
@@ -1522,6 +1907,49 @@ class ScaleBench:
 
     # --- output ---
 
+    def print_cpu(self) -> None:
+        """Per process CPU over each mark's joining and steady windows (/proc): seconds, cores
+        and share of the machine; "other processes" is what the machine was busy with beyond
+        this benchmark's (it may be shared)."""
+        marks = self.raw.get("main", {}).get("marks", {})
+        for title, key in (
+            ("while members join (each mark's joining window)", ("form_cpu",)),
+            ("over the steady window", ("steady", "cpu")),
+        ):
+            windows: dict[str, dict[str, Any]] = {}
+            for size, raw in marks.items():
+                cpu: Any = raw
+                for k in key:
+                    cpu = cpu.get(k) if isinstance(cpu, dict) else None
+                if cpu:
+                    windows[size] = cpu
+            if not windows:
+                continue
+            names: list[str] = []
+            for cpu in windows.values():
+                names += [n for n in cpu["seconds"] if n not in names]
+
+            def cell(cpu: dict[str, Any], seconds: float) -> str:
+                w = max(cpu["window_s"], 1e-9)
+                share = 100 * seconds / (w * cpu["cores"])
+                return f"{seconds:.1f} s = {seconds / w:.2f} cores ({share:.0f} %)"
+
+            rows = [
+                (n, *(cell(c, c["seconds"].get(n, 0.0)) for c in windows.values())) for n in names
+            ]
+            rows.append(
+                ("machine: busy", *(cell(c, c["machine_busy_s"]) for c in windows.values()))
+            )
+            rows.append(
+                (
+                    "window",
+                    *(f"{c['window_s']:.1f} s x {c['cores']:.0f} cores" for c in windows.values()),
+                )
+            )
+            print()
+            print(f"CPU {title}: CPU seconds, cores, share of the machine")
+            print_rows(("process", *windows), rows, set(range(1, len(windows) + 1)))
+
     def print_tables(self, phases: set[str]) -> None:
         titles = {
             "form": "Phase 1, form: members join one group (catalogue "
@@ -1555,6 +1983,7 @@ class ScaleBench:
                 ],
                 {2},
             )
+        self.print_cpu()
         print()
         print("Growth: each figure at its sizes")
         for phase in PHASES:
