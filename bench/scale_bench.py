@@ -811,15 +811,15 @@ class ScaleBench:
                 "(4 MiB received)"
             )
         )
-        log(
-            "starting a throwaway PostgreSQL ("
-            + ", ".join(f"{k}={v}" for k, v in PG_SETTINGS.items())
-            + ")"
-        )
         settings = dict(PG_SETTINGS)
         self.has_statements = (find_pg_bin_dir().parent / "lib" / "pg_stat_statements.so").exists()
         if self.has_statements:  # write statements per install (rebalance)
             settings["shared_preload_libraries"] = "pg_stat_statements"
+        log(
+            "starting a throwaway PostgreSQL ("
+            + ", ".join(f"{k}={v}" for k, v in settings.items())
+            + ")"
+        )
         self.cluster = ThrowawayCluster(settings=settings)
         self.cluster.start()
         self.stack.callback(self.cluster.stop)
