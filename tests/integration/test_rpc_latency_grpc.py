@@ -6,6 +6,7 @@ which the dashboard and alerts read. A real server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -108,6 +109,11 @@ def test_every_rpc_lands_in_its_own_series(
             stubs.channel.unary_unary("/connect.group.v1.ConnectGroupAdmin/ListGroups")(
                 b"\xff\xff\xff\x07garbage", timeout=5
             )
+        # An aborted call's status reaches the client before the server's handler has
+        # finished (and observed it): wait for it.
+        deadline = time.monotonic() + 5
+        while _counts(registry).get("ListGroups", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         counts = _counts(registry)
         samples = _samples(registry, "coordinator_rpc_latency_seconds")
         legacy = _samples(registry, "coordinator_heartbeat_latency_seconds")
