@@ -12,7 +12,8 @@ conflicts with KEY SHARE: it waits for every commit that passed its check under 
 tenure, then re-checks liveness by the database's clock in its upsert. So a takeover never
 commits while such a commit is in flight (§3.16). The upsert alone would not do: INSERT ... ON
 CONFLICT DO UPDATE of non-key columns only takes FOR NO KEY UPDATE. A takeover that waits for
-the lock longer than `lock_timeout` raises LeaseLocked, naming the row's holder. SQLite has one
+the lock longer than `lock_timeout` raises LeaseLocked, naming the row's holder; a lease live
+and held by another is answered from a plain read, without waiting for any lock. SQLite has one
 writer at a time: there all of this is best effort, as every write transaction is exclusive.
 """
 
@@ -218,8 +219,11 @@ class Leases:
             return Lease(group_id, self._owner_id, int(token), self._local_expiry(started))
 
         def acquire(conn: Connection) -> Lease | LeaseHolder:
+            live = conn.execute(self.sql.holder_live, params).one_or_none()
+            if live is not None:  # held by another: said at once, no lock waited for
+                return LeaseHolder(live.owner_id, live.advertised_address, live.lease_until)
             # A new tenure waits for the commits that passed their check under the previous
-            # one (their FOR KEY SHARE): see the module docstring.
+            # one (their FOR KEY SHARE): see the module docstring. The upsert re-checks.
             conn.execute(self.sql.lock, params)
             token = conn.execute(self.sql.acquire, params).scalar_one_or_none()
             if token is not None:
