@@ -39,10 +39,10 @@ def event_of(record: logging.LogRecord) -> str | None:
     return getattr(record, "fields", {}).get("event")
 
 
-def lease_row(database_url: str) -> tuple[str, int, datetime]:
+def lease_row(database_url: str, group_id: str = GROUP) -> tuple[str, int, datetime]:
     with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
         row = conn.execute(
-            "SELECT owner_id, token, lease_until FROM group_leases WHERE group_id = %s", (GROUP,)
+            "SELECT owner_id, token, lease_until FROM group_leases WHERE group_id = %s", (group_id,)
         ).fetchone()
     assert row is not None
     return row[0], row[1], row[2]
