@@ -46,7 +46,16 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
         ("grpc_api/convert.py", "connect_protocol/wire.py", "google/protobuf"),
     ),
     ("timers", ("runtime/timer_service.py", "core/timers.py")),
-    ("group manager (locks, leases)", ("runtime/groups.py",)),
+    (
+        "group manager (locks, leases)",
+        (
+            "runtime/groups.py",
+            "runtime/ownership.py",
+            "runtime/group_commit.py",
+            "runtime/group_timers.py",
+            "runtime/owned_group.py",
+        ),
+    ),
     ("servicer glue", ("grpc_api/servicers.py", "grpc_api/aio.py")),
     (
         "grpc server plumbing (threads, queues, event loop)",

@@ -60,6 +60,16 @@ PROBES = {
         "import tests.core.harness",
         "the benchmarks use tests.support, no other test module",
     ),
+    "runtime-port": (
+        "coordinator_svc/runtime/group_stats.py",
+        "import coordinator_svc.store.sql_store",
+        "the runtime's group jobs use the store port",
+    ),
+    "lease-commit": (
+        "coordinator_svc/runtime/ownership.py",
+        "import coordinator_svc.runtime.group_commit",
+        "lease ownership and group commit are independent",
+    ),
 }
 
 

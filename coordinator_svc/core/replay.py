@@ -1,11 +1,16 @@
-"""Apply records to group state: the one path for live changes and for loading after takeover."""
+"""Apply records to group state: the one path for live changes and for loading after takeover.
+
+An `Undo` given to `apply` remembers what each record is about to change (the previous value of
+each entity it touches), so that the records of a batch whose commit failed can be taken back
+in memory at the cost of what they changed, never a copy of the group (DESIGN 3.21).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .errors import IllegalStateError
-from .model import GroupState, TargetAssignment
+from .model import Connector, GroupMeta, GroupState, Member, TargetAssignment
 from .records import (
     ConfigRecord,
     ConnectorRecord,
@@ -40,9 +45,99 @@ def new_state(records: Iterable[Record]) -> GroupState:
     return state
 
 
-def apply(state: GroupState, record: Record) -> None:
-    """Apply one record. Raises IllegalStateError if it would break an invariant."""
+def apply(state: GroupState, record: Record, undo: Undo | None = None) -> None:
+    """Apply one record. Raises IllegalStateError if it would break an invariant. With `undo`,
+    what the record changes is remembered first (also when it raises: putting back a value
+    it did not change is harmless)."""
+    if undo is not None:
+        visit(record, _Remember(state, undo))
     visit(record, _Apply(state))
+
+
+Step = Callable[[GroupState], None]
+
+
+class Undo:
+    """The inverse of the records applied to one state, newest last: `rollback` puts each
+    changed entity's previous value back, newest first, through the state's own mutators (so
+    its indexes and running sums come back too). Costs O(what changed)."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self) -> None:
+        self._steps: list[Step] = []
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def push(self, step: Step) -> None:
+        self._steps.append(step)
+
+    def rollback(self, state: GroupState) -> None:
+        """Undo every remembered change on `state` (the state they were applied to)."""
+        steps, self._steps = self._steps, []
+        for step in reversed(steps):
+            step(state)
+
+
+def _set_meta(meta: GroupMeta) -> Step:
+    return lambda s: setattr(s, "meta", meta)
+
+
+def _set_target(target: TargetAssignment) -> Step:
+    return lambda s: setattr(s, "target", target)
+
+
+def _set_configs(configs: dict[str, str]) -> Step:
+    return lambda s: setattr(s, "configs", configs)
+
+
+def _restore_member(member_id: str, old: Member | None) -> Step:
+    if old is None:
+        return lambda s: s.remove_member(member_id)
+    return lambda s: s.put_member(old)
+
+
+def _restore_connector(name: str, old: Connector | None) -> Step:
+    if old is None:
+        return lambda s: s.remove_connector(name)
+    return lambda s: s.put_connector(old)
+
+
+class _Remember:
+    """What a record is about to change, pushed on an `Undo` (a `RecordVisitor`)."""
+
+    __slots__ = ("state", "undo")
+
+    def __init__(self, state: GroupState, undo: Undo) -> None:
+        self.state, self.undo = state, undo
+
+    def meta(self, record: GroupMetaRecord) -> None:
+        self.undo.push(_set_meta(self.state.meta))
+
+    def target(self, record: TargetRecord) -> None:
+        self.undo.push(_set_target(self.state.target))
+
+    def member(self, record: MemberRecord) -> None:
+        member_id = record.member.member_id
+        self.undo.push(_restore_member(member_id, self.state.members.get(member_id)))
+
+    def member_removed(self, record: MemberRemovedRecord) -> None:
+        member_id = record.member_id
+        self.undo.push(_restore_member(member_id, self.state.members.get(member_id)))
+
+    def connector(self, record: ConnectorRecord) -> None:
+        name = record.connector.name
+        self.undo.push(_restore_connector(name, self.state.catalogue.get(name)))
+
+    def connector_removed(self, record: ConnectorRemovedRecord) -> None:
+        self.undo.push(_restore_connector(record.name, self.state.catalogue.get(record.name)))
+
+    def configs(self, record: ConfigRecord) -> None:
+        self.undo.push(_set_configs(self.state.configs))
+
+    def event(self, record: EventRecord) -> None:
+        pass
 
 
 class _Apply:

@@ -11,7 +11,9 @@ database (`grpc_api.server`).
 `decide` and `classify_schema` are the pure policy (no clock, no I/O: they take times and
 revisions). `ReadinessMonitor` feeds them: a probe thread reads the schema's revision (one cheap
 query that also proves the database answers), and an evaluation thread applies the policy on a
-short tick and reports each change of the answer, logged once with its reason.
+short tick and reports each change of the answer, logged once with its reason. A tick that comes
+much later than meant is this process having been paused (SIGSTOP, a VM pause): that time is not
+counted as the database's silence, and the pause is logged as such.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from dataclasses import dataclass
 from connect_protocol.logs import fields
 
 log = logging.getLogger("coordinator")
+
+#: An evaluation tick that comes this much later than meant (at least) means a paused process.
+MIN_PAUSE_S = 1.0
 
 
 class SchemaStatus(enum.Enum):
@@ -255,8 +260,27 @@ class ReadinessMonitor:
             # soon as it does.
             wait = self.probe_interval_s if self.probe_once() else self.tick_s
 
+    def notice_pause(self, late_s: float) -> None:
+        """The evaluation woke `late_s` later than it meant to: from MIN_PAUSE_S on, this
+        process was paused, and nothing (the probe neither) ran meanwhile; that time is taken
+        out of the database's silence, and the pause logged."""
+        if late_s < max(MIN_PAUSE_S, 2 * self.tick_s):
+            return
+        with self._lock:
+            self._last_answered = min(self._last_answered + late_s, self._clock())
+        log.warning(
+            "this process was paused for %.1f s (not a database failure): the time it was "
+            "stopped is not counted as the database's silence",
+            late_s,
+            extra=fields(event="process_paused", paused_s=round(late_s, 3)),
+        )
+
     def _evaluate_loop(self) -> None:
-        while not self._stop.wait(self.tick_s):
+        while True:
+            meant = self._clock() + self.tick_s
+            if self._stop.wait(self.tick_s):
+                return
+            self.notice_pause(self._clock() - meant)
             try:
                 self.evaluate()
             except Exception:

@@ -1,7 +1,15 @@
 """The persistence adapter: group state, group leases and the audit trail in PostgreSQL
 (production) or SQLite (embedded default), through SQLAlchemy 2; schema managed by Alembic."""
 
-from .errors import Lease, LeaseHolder, LeaseLost, SecretMissing, StoreError, StoreUnavailable
+from .errors import (
+    Lease,
+    LeaseHolder,
+    LeaseLocked,
+    LeaseLost,
+    SecretMissing,
+    StoreError,
+    StoreUnavailable,
+)
 from .migrate import normalize_url, upgrade_to_head
 from .sql_store import GroupSummary, SqlStore
 
@@ -13,6 +21,7 @@ __all__ = [
     "GroupSummary",
     "Lease",
     "LeaseHolder",
+    "LeaseLocked",
     "LeaseLost",
     "SecretMissing",
     "SqlStore",

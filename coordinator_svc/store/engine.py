@@ -1,6 +1,11 @@
 """The store's database: the engine for PostgreSQL or SQLite with its session options and
 connect/begin hooks, the database's clock as SQL, and how every store operation runs (`transaction`,
-`retrying`: connection failures become StoreUnavailable, a dead pooled connection is retried once).
+`retrying`: connection failures become StoreUnavailable, a dead pooled connection is retried once,
+and a failure while committing is marked as of unknown outcome).
+
+Every wait is bounded by the lease (DESIGN 3.16, 3.21): the connect timeout, the lock wait and, on
+the lease renewal's own small pool (`Database(..., renewals=True)`), how long sent bytes may stay
+unacknowledged, so that one renewal attempt during an outage fails in time for the next one.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from .errors import StoreUnavailable, failure_kind
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 POSTGRES_CONNECT_TIMEOUT_S = 5
+#: libpq's smallest connect timeout (it rounds anything lower up to 2 s).
+MIN_CONNECT_TIMEOUT_S = 2
 MAX_LOCK_WAIT_MS = 5_000
 
 T = TypeVar("T")
@@ -32,10 +39,12 @@ _PROGRESS = "coordinator_progress"
 
 @dataclass(slots=True)
 class _Progress:
-    """What one transaction got done: statements completed, whether the connection died."""
+    """What one transaction got done: statements completed, whether the connection died, and
+    whether its COMMIT was under way (a failure then leaves the outcome unknown)."""
 
     statements: int = 0
     lost_connection: bool = False
+    committing: bool = False
 
 
 def _detail(what: str, error: BaseException | None) -> str:
@@ -71,16 +80,30 @@ def _session_options(url: sa.URL, lease_ms: int) -> str:
     return " ".join(options)
 
 
-def _create_engine(url: sa.URL, lease_ms: int) -> sa.Engine:
+def connect_timeout_s(lease_ms: int) -> int:
+    """How long connecting may take: half the lease (so that a renewal attempt that meets an
+    unanswering server leaves time for another within the lease), between libpq's minimum and
+    POSTGRES_CONNECT_TIMEOUT_S."""
+    return max(MIN_CONNECT_TIMEOUT_S, min(POSTGRES_CONNECT_TIMEOUT_S, lease_ms // 2000))
+
+
+def _create_engine(url: sa.URL, lease_ms: int, renewals: bool = False) -> sa.Engine:
     """The engine for `url` (PostgreSQL or SQLite), counting the statements of each transaction
-    (see `Database.retrying`)."""
+    (see `Database.retrying`). `renewals`: the lease renewer's own pool (one connection, another
+    while it is replaced), whose sent bytes may stay unacknowledged for a lease at most (a
+    partition ends the attempt instead of blocking the renewer past the lease)."""
     if url.get_backend_name() != "sqlite":
         connect_args: dict[str, Any] = {"options": _session_options(url, lease_ms)}
         if "connect_timeout" not in url.query:
-            connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+            connect_args["connect_timeout"] = connect_timeout_s(lease_ms)
+        pool: dict[str, Any] = {}
+        if renewals:
+            pool = {"pool_size": 1, "max_overflow": 1, "pool_timeout": lease_ms / 1000}
+            if "tcp_user_timeout" not in url.query:
+                connect_args["tcp_user_timeout"] = max(1000, lease_ms)
         # No pool_pre_ping: it costs a round trip per transaction. A pooled connection that
         # turned out dead is retried instead (`Database.retrying`).
-        engine = sa.create_engine(url, connect_args=connect_args)
+        engine = sa.create_engine(url, connect_args=connect_args, **pool)
         _count_statements(engine)
         return engine
     engine = sa.create_engine(
@@ -117,16 +140,18 @@ class Database:
         url: a normalized SQLAlchemy URL (`migrate.normalize_url`).
         lease_ms: the lease length: bounds PostgreSQL's lock and idle-in-transaction waits and
             is the length `until` adds to the database's clock.
+        renewals: the engine of the lease renewer alone (a pool of its own, so that a renewal
+            never waits for a connection behind the group's state transactions).
     """
 
-    def __init__(self, url: sa.URL, lease_ms: int) -> None:
+    def __init__(self, url: sa.URL, lease_ms: int, renewals: bool = False) -> None:
         backend = url.get_backend_name()
         if backend not in ("postgresql", "sqlite"):
             raise ValueError(f"unsupported database {backend!r}: use PostgreSQL or SQLite")
         self.url = url
         self.lease = timedelta(milliseconds=lease_ms)
         self.sqlite = backend == "sqlite"
-        self.engine = _create_engine(url, lease_ms)
+        self.engine = _create_engine(url, lease_ms, renewals)
 
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT of `table` (the one with `on_conflict_do_update`)."""
@@ -171,6 +196,7 @@ class Database:
                         conn.execution_options(isolation_level="REPEATABLE READ")
                     with conn.begin():
                         yield conn
+                        progress.committing = True  # COMMIT follows, as the block ends
                 finally:
                     conn.info.pop(_PROGRESS, None)
         except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.InternalError) as error:
@@ -179,15 +205,21 @@ class Database:
             kind = failure_kind(error.orig)
             if kind == "unavailable" and error.connection_invalidated:
                 kind = "connection lost"
-            raise StoreUnavailable(_detail("database unavailable", error.orig), kind) from error
+            raise StoreUnavailable(
+                _detail("database unavailable", error.orig), kind, progress.committing
+            ) from error
         except (sa_exc.TimeoutError, sa_exc.DisconnectionError) as error:
             kind = "pool exhausted" if isinstance(error, sa_exc.TimeoutError) else "connection lost"
-            raise StoreUnavailable(_detail("database unavailable", error), kind) from error
+            raise StoreUnavailable(
+                _detail("database unavailable", error), kind, progress.committing
+            ) from error
         except sa_exc.DBAPIError as error:
             if error.connection_invalidated:
                 progress.lost_connection = True
                 raise StoreUnavailable(
-                    _detail("database connection lost", error.orig), "connection lost"
+                    _detail("database connection lost", error.orig),
+                    "connection lost",
+                    progress.committing,
                 ) from error
             raise
 

@@ -76,15 +76,62 @@ class StoreUnavailable(StoreError):
     `str()` is the detail, for the log only (it may name the database's host and port and
     carry the driver's text); `client_message` is what a client is told: the kind of failure
     (`failure_kind`), without addresses or driver text.
+
+    Attributes:
+        kind: the failure's kind (`failure_kind`).
+        outcome_unknown: the failure came while the transaction was committing (the connection
+            was lost on COMMIT): what it wrote may or may not have been committed. Otherwise
+            nothing was written.
     """
 
-    def __init__(self, detail: str, kind: str = "unavailable") -> None:
+    def __init__(
+        self, detail: str, kind: str = "unavailable", outcome_unknown: bool = False
+    ) -> None:
         super().__init__(detail)
         self.kind = kind
+        self.outcome_unknown = outcome_unknown
 
     @property
     def client_message(self) -> str:
         return f"the database is unavailable ({self.kind}); retry."
+
+
+class LeaseLocked(StoreUnavailable):
+    """Taking a group's lease waited for its lease row's lock until the lock timeout: another
+    coordinator process holds it, in a commit in flight or stopped inside its transaction (a
+    paused process; the server ends that transaction after a lease length). Nothing was written;
+    the database itself answered.
+
+    Attributes:
+        group_id: the group whose lease row is locked.
+        holder: who the row names as the group's lease holder (as last committed), if anyone.
+    """
+
+    def __init__(self, group_id: str, holder: LeaseHolder | None) -> None:
+        who = (
+            "another coordinator process"
+            if holder is None
+            else f"coordinator {holder.owner_id!r} at {holder.advertised_address}"
+        )
+        super().__init__(
+            f"the lease row of group {group_id!r} is locked by {who} (a commit in flight, or "
+            "a process paused inside its transaction)",
+            "lease locked by another owner",
+        )
+        self.group_id = group_id
+        self.holder = holder
+
+    @property
+    def client_message(self) -> str:
+        who = (
+            "another coordinator process"
+            if self.holder is None
+            else f"the coordinator at {self.holder.advertised_address} ({self.holder.owner_id})"
+        )
+        return (
+            f"the lease of group {self.group_id!r} is locked by {who}, which holds it in a "
+            "transaction (a commit in flight, or a paused process); retry."
+        )
 
 
 #: PostgreSQL SQLSTATE codes (and classes, by their first two characters) named for clients.

@@ -3,11 +3,12 @@ Core, synchronous). `SqlStore` is the one interface the rest of the coordinator 
 to the modules beside it: `engine` (the engine, transactions, retries), `leases`, `state_writes`
 (a commit's records as a few statements) and `reads` (loading a group, listings, the audit trail).
 
-Every commit is one transaction that first locks and checks the caller's lease in SQL, against the
-database's clock, so a stale or paused owner's writes are refused whatever its own clock says
-(DESIGN 3.16). The records of a commit are reduced to their net effect per row and written with a
-handful of statements (upserts, deletes and one multi-row event insert), since this runs on every
-state-changing heartbeat.
+Every commit is one transaction that first locks (FOR KEY SHARE: renewals are not blocked, a
+takeover waits) and checks the caller's lease in SQL, against the database's clock, so a stale or
+paused owner's writes are refused whatever its own clock says (DESIGN 3.16, 3.21). The records of
+a commit are reduced to their net effect per row and written with a handful of statements
+(upserts, deletes and one multi-row event insert), since this runs on every state-changing
+heartbeat.
 """
 
 from __future__ import annotations
@@ -58,7 +59,12 @@ class SqlStore:
         self.advertised_address = advertised_address
         self.lease_ms = lease_ms
         self._db = Database(self.url, lease_ms)
-        self._leases = Leases(self._db, owner_id, advertised_address, lease_ms)
+        # Renewals on a pool of their own: never queued behind the group's state transactions
+        # for a connection (SQLite: one writer anyway, the same engine).
+        self._renewal_db = None if self._db.sqlite else Database(self.url, lease_ms, renewals=True)
+        self._leases = Leases(
+            self._db, owner_id, advertised_address, lease_ms, renewals=self._renewal_db
+        )
         self._writes = WriteStatements.build(self._db)
         self._reads = Reads(self._db)
         #: The ACL table and the authorization events (`acl_store`).
@@ -87,6 +93,8 @@ class SqlStore:
 
     def close(self) -> None:
         self._db.dispose()
+        if self._renewal_db is not None:
+            self._renewal_db.dispose()
 
     def __enter__(self) -> SqlStore:
         return self
@@ -159,7 +167,10 @@ class SqlStore:
         extend `held` (same token) if that is still the group's live lease. Otherwise return the
         live holder: possibly this very owner id, when an earlier process with the same id holds
         a lease this one does not know of (it is not extended; it lapses, then a new tenure with
-        a new token starts)."""
+        a new token starts).
+
+        A new tenure waits for the commits of the previous one in flight (`leases`); past the
+        lock timeout it raises LeaseLocked (a StoreUnavailable naming the row's holder)."""
         return self._leases.try_acquire(group_id, held)
 
     def renew(self, leases: Iterable[Lease]) -> list[Lease]:

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from connect.group.v1 import admin_pb2
 
-from coordinator_svc.runtime import groups as runtime_groups
+from coordinator_svc.runtime import ownership as runtime_ownership
 from coordinator_svc.store import Lease, SqlStore
 from tests.support.client import ScriptedWorker, describe, put_connector
 from tests.support.coordinator import InProcessCoordinator
@@ -207,7 +207,7 @@ def test_an_idle_group_is_let_go_after_a_while(
     assert put_connector(c.stubs, "idle", "A", 1).error_code == 0
     assert put_connector(c.stubs, "busy", "A", 1).error_code == 0
     assert ScriptedWorker(c.stubs, "busy", "w1").join().error_code in (0, 10001)
-    monkeypatch.setattr(runtime_groups, "IDLE_RELEASE_S", 0.0)
+    monkeypatch.setattr(runtime_ownership, "IDLE_RELEASE_S", 0.0)
     wait_until(lambda: "idle" not in c.manager.owned_group_ids(), what="idle released")
     assert "busy" in c.manager.owned_group_ids()
     holders = dict(sql(c.database_url, "SELECT group_id, lease_until > now() FROM group_leases"))

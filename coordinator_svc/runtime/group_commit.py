@@ -1,0 +1,313 @@
+"""Group commit: requests queue for their group; whoever holds the group's lock runs every queued
+core handler in order on the in-memory state, applies their records (replay asserts the
+invariants), commits them in one transaction under the group's lease (DESIGN 3.16), and only then
+answers them and changes timers.
+
+A commit that fails while the lease is still ours takes the batch back in memory (an undo log of
+what its records changed: O(what changed), never a copy of the group), refuses that batch's
+requests with COORDINATOR_NOT_AVAILABLE and keeps serving the group (DESIGN 3.21): steady
+heartbeats, which write nothing, go on being answered from memory through a short database
+outage. The group is dropped (and reloaded by its next request) only when the lease is lost, when
+the outcome of the commit is unknown (the connection died during COMMIT), or when an invariant
+broke.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
+
+from connect_protocol.errors import (
+    CoordinatorError,
+    CoordinatorNotAvailable,
+    NotCoordinator,
+    PolicyViolation,
+)
+from connect_protocol.logs import fields
+
+from ..core import replay
+from ..core.errors import IllegalStateError
+from ..core.model import GroupConfigDefaults
+from ..core.records import EventRecord, EventType, Record
+from ..core.results import Result, ScheduleTimer, TimerOp
+from ..metrics import Metrics
+from ..store.errors import LeaseLost, StoreUnavailable
+from .owned_group import Handler, OwnedGroup, Pending, RequestCancelled
+from .refusals import NotOwner, database_unavailable, failure_for_client
+from .store_port import CommitStore
+
+log = logging.getLogger("coordinator")
+
+R = TypeVar("R")
+
+#: How often a request waiting for its group checks whether its caller gave up.
+CANCEL_POLL_S = 0.05
+
+
+class Owners(Protocol):
+    """What the commit needs of lease ownership (`ownership.GroupLeases`)."""
+
+    def own(self, group_id: str) -> OwnedGroup: ...
+
+    def current(self, group_id: str) -> OwnedGroup | None: ...
+
+    def drop(self, group_id: str, owned: OwnedGroup, keep_lease: bool = False) -> bool: ...
+
+    def lose(self, group_id: str, owned: OwnedGroup) -> None: ...
+
+    def release_unused(self, group_id: str, owned: OwnedGroup) -> None: ...
+
+
+class Timers(Protocol):
+    def apply(self, group_id: str, ops: Iterable[TimerOp | ScheduleTimer]) -> None: ...
+
+
+class GroupCommit:
+    """Runs requests on owned groups (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: CommitStore,
+        owners: Owners,
+        timers: Timers,
+        defaults: GroupConfigDefaults,
+        metrics: Metrics,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.owners = owners
+        self.timers = timers
+        self.defaults = defaults
+        self.metrics = metrics
+        self.now_ms = now_ms
+
+    def execute(
+        self,
+        group_id: str,
+        handler: Handler[R],
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        on_create: Callable[[], None] | None = None,
+    ) -> R:
+        """`GroupManager.execute`."""
+        pending = Pending(handler, cancelled, on_create)
+        for _attempt in range(3):
+            owned = self.owners.own(group_id)
+            owned.enqueue(pending)
+            self._lock(owned, pending)
+            try:
+                while not pending.done:
+                    if self.owners.current(group_id) is not owned:
+                        break  # dropped while we waited: start again
+                    if not owned.lease_fresh():
+                        break  # `own` extends it (state kept) or lets the group go
+                    self._run_batch(group_id, owned)
+            finally:
+                owned.lock.release()
+            if pending.done:
+                return pending.outcome()  # type: ignore[no-any-return]
+            owned.withdraw(pending)
+        raise CoordinatorNotAvailable(f"group {group_id!r} is changing owner; retry.")
+
+    def execute_if_steady(self, group_id: str, handler: Handler[R]) -> tuple[bool, R | None]:
+        """`GroupManager.execute_if_steady`."""
+        owned = self.owners.current(group_id)
+        if owned is None or owned.queue or not owned.lease_fresh():
+            return False, None
+        if not owned.lock.acquire(blocking=False):
+            return False, None
+        try:
+            if self.owners.current(group_id) is not owned or owned.queue:
+                return False, None
+            result = handler(owned.state, self.now_ms())
+            if result.records:
+                return False, None  # a change: it is committed by `execute`, run again there
+            owned.last_used = time.monotonic()
+            self.timers.apply(group_id, result.timers)
+            return True, result.response
+        finally:
+            owned.lock.release()
+
+    def _lock(self, owned: OwnedGroup, pending: Pending) -> None:
+        """Take the group's lock, unless the request is answered by another thread meanwhile
+        (then the lock is taken all the same, briefly) or its caller gives up."""
+        cancelled = pending.cancelled
+        if cancelled is None:
+            owned.lock.acquire()
+            return
+        while not owned.lock.acquire(timeout=CANCEL_POLL_S):
+            if not pending.done and cancelled():
+                owned.withdraw(pending)
+                if not pending.done:
+                    raise RequestCancelled("the caller gave up before its request ran.")
+
+    def _run_batch(self, group_id: str, owned: OwnedGroup) -> None:
+        """Run the queued handlers in order and commit their records together. Called with the
+        group's lock held."""
+        batch = owned.take()
+        owned.last_used = time.monotonic()
+        ran: list[tuple[Pending, Result[Any]]] = []
+        records: list[Record] = []
+        created = owned.state is None  # a failed batch that created the group leaves none
+        undo = replay.Undo()
+        for pending in batch:
+            if pending.cancelled is not None and pending.cancelled():
+                pending.fail(RequestCancelled("the caller gave up before its request ran."))
+                continue
+            try:
+                result = pending.handler(owned.state, self.now_ms())
+            except Exception as error:  # a handler bug fails its own request only
+                pending.fail(error)
+                continue
+            if result.records and owned.state is None:
+                try:
+                    self._may_create(group_id, pending)
+                except CoordinatorError as error:
+                    pending.fail(error)
+                    continue
+            if result.records:
+                try:
+                    self._apply(owned, result.records, undo)
+                except IllegalStateError as error:
+                    self.owners.drop(group_id, owned)
+                    log.exception(
+                        "invariant violated; group reloaded from the database",
+                        extra=fields(group=group_id),
+                    )
+                    pending.fail(error)
+                    _fail_unanswered(batch, group_id)
+                    return
+                records.extend(result.records)
+            ran.append((pending, result))
+        if records:
+            try:
+                self._commit(group_id, owned, records, undo, created)
+            except CoordinatorError as error:
+                for pending, _result in ran:
+                    pending.fail(error)
+                if owned.state is None and self.owners.current(group_id) is owned:
+                    self.owners.release_unused(group_id, owned)
+                return
+            self.metrics.commit_batch.observe(sum(1 for _, r in ran if r.records))
+            state = owned.state
+            if state is not None:
+                epochs = (state.group_epoch, state.assignment_epoch)
+                if epochs != owned.rebalance[0]:  # a bump, or a target installed
+                    owned.rebalance = (epochs, self.now_ms())
+        for pending, result in ran:
+            self.timers.apply(group_id, result.timers)
+            pending.succeed(result.response)
+        if owned.state is None:
+            self.owners.release_unused(group_id, owned)
+
+    def _may_create(self, group_id: str, pending: Pending) -> None:
+        """Raise unless `pending` may create the group: its caller's creation rate, then the
+        number of groups in the database (all coordinators'; two creating at once may both
+        pass the count: the limit is approximate by the number of coordinators)."""
+        if pending.on_create is not None:
+            pending.on_create()
+        limit = self.defaults.max_groups
+        if limit <= 0:
+            return
+        try:
+            count = self.store.count_groups()
+        except StoreUnavailable as error:
+            raise database_unavailable(error) from error
+        if count >= limit:
+            raise PolicyViolation(
+                f"group {group_id!r} cannot be created: the database holds the maximum of "
+                f"{limit:,} groups (--max-groups)."
+            )
+
+    @staticmethod
+    def _apply(owned: OwnedGroup, records: list[Record], undo: replay.Undo) -> None:
+        """Apply records to the in-memory state (replay checks the invariants), remembering in
+        `undo` what they change."""
+        if owned.state is None:
+            owned.state = replay.new_state(records)  # taken back by forgetting it
+        else:
+            for record in records:
+                replay.apply(owned.state, record, undo)
+
+    def _commit(
+        self,
+        group_id: str,
+        owned: OwnedGroup,
+        records: list[Record],
+        undo: replay.Undo,
+        created: bool,
+    ) -> None:
+        """Commit records already applied in memory. On failure, raise what to answer, having
+        taken the records back in memory (the group served on while its lease is valid) or
+        dropped the group (lease lost, or the commit's outcome unknown)."""
+        try:
+            self.store.commit(owned.lease, records)
+        except LeaseLost as lost:
+            self.owners.lose(group_id, owned)
+            if lost.holder is not None:
+                raise NotOwner(group_id, lost.holder) from lost
+            raise NotCoordinator(
+                f"this coordinator lost the lease of group {group_id!r}; retry."
+            ) from lost
+        except Exception as error:
+            unknown = isinstance(error, StoreUnavailable) and error.outcome_unknown
+            if unknown or not owned.lease_fresh():
+                # Whether it was written is not known (the connection died on COMMIT), or the
+                # lease may be lapsing: the next request reloads the group, under the same
+                # tenure if the database still holds the lease for us.
+                self.owners.drop(group_id, owned, keep_lease=True)
+                outcome = "reloaded on its next request"
+            else:
+                if created:
+                    owned.state = None
+                elif owned.state is not None:
+                    undo.rollback(owned.state)
+                outcome = "taken back; the group is served on"
+            # The database's text (SQL, parameters) goes to the log, never to the client.
+            log.warning(
+                "could not persist a change; %s",
+                outcome,
+                exc_info=error,
+                extra=fields(event="commit_failed", group=group_id, undone=not unknown),
+            )
+            raise CoordinatorNotAvailable(
+                f"could not persist the change to group {group_id!r} "
+                f"({failure_for_client(error)}; the coordinator's log has the details); retry."
+            ) from error
+        self._observe(records)
+
+    def _observe(self, records: list[Record]) -> None:
+        """Metrics and one structured log line per event. Never fails the (committed) request."""
+        for record in records:
+            if not isinstance(record, EventRecord):
+                continue
+            try:
+                payload: dict[str, Any] = dict(record.payload)
+                line = {
+                    **payload,
+                    "event": record.event_type.value.lower(),
+                    "group": record.group_id,
+                    "group_epoch": record.group_epoch,
+                    "member": record.member_id,
+                }
+                if record.event_type is EventType.GROUP_EPOCH_BUMPED:
+                    self.metrics.rebalances.labels(str(payload.get("reason", ""))).inc()
+                elif record.event_type is EventType.TARGET_INSTALLED:
+                    self.metrics.assignment_computations.labels("installed").inc()
+                elif record.event_type is EventType.ASSIGNOR_FAILED:
+                    self.metrics.assignment_computations.labels("failed").inc()
+                message = record.event_type.value.lower().replace("_", " ")
+                log.info(message, extra=fields(**line))
+            except Exception:
+                log.exception("could not log event %s", record.event_type)
+
+
+def _fail_unanswered(batch: list[Pending], group_id: str) -> None:
+    """Fail every request of the batch not yet answered (those that ran too: their records
+    were applied to a state that is now dropped, and nothing was committed)."""
+    error = CoordinatorNotAvailable(f"group {group_id!r} is being reloaded; retry.")
+    for pending in batch:
+        if not pending.done:
+            pending.fail(error)
