@@ -70,7 +70,9 @@ class _IdHeap:
         popped: list[str] = []
         while heap and len(found) < want:
             member_id = heapq.heappop(heap)
-            if member_id not in self._live:
+            if member_id not in self._live or (popped and popped[-1] == member_id):
+                # Dead, or a second entry of an id removed and added again while its first
+                # entry was still in the heap (equal ids pop one after the other): dropped.
                 continue
             popped.append(member_id)
             if not skip(member_id):

@@ -47,10 +47,8 @@ def full_dump(state: GroupState) -> dict[str, Any]:
             state.assignor_metadata_bytes,
         ),
         "selection_counts": dict(index.counts),
-        # As sets: a member removed and added again may sit twice in the lazily pruned heap
-        # (`selection_index._IdHeap`), as after any leave and rejoin.
         "selection_members": {
-            profile: set(index.smallest(profile, lambda _m: False, limit=100))
+            profile: index.smallest(profile, lambda _m: False, limit=100)
             for profile in index.counts
         },
         "selection_first": {

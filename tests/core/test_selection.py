@@ -144,3 +144,17 @@ def test_one_eager_only_member_makes_the_group_fall_back_to_eager() -> None:
     members = [m("w1", *SESSIONED), m("w2", *EAGER), m("w3", *COMPATIBLE)]
 
     assert select(members) == Selection("eager", 0, "w1")
+
+
+def test_an_id_removed_and_added_again_is_listed_once() -> None:
+    """A leave and rejoin (or an undone removal) leaves the id's old heap entry behind; the
+    smallest ids must still name it once."""
+    from coordinator_svc.core.selection_index import _IdHeap
+
+    members = _IdHeap()
+    for member_id in ("a", "b", "c"):
+        members.add(member_id)
+    members.remove("a")
+    members.add("a")
+    assert members.smallest(lambda _m: False, limit=3) == ["a", "b", "c"]
+    assert members.smallest(lambda _m: False, limit=3) == ["a", "b", "c"]
