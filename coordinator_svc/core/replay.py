@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from .errors import IllegalStateError
-from .model import GroupState, TargetAssignment
+from .model import GroupState, MemberState, TargetAssignment
 from .records import (
     ConfigRecord,
     ConnectorRecord,
@@ -14,6 +15,7 @@ from .records import (
     GroupMetaRecord,
     MemberRecord,
     MemberRemovedRecord,
+    MembersMovedRecord,
     Record,
     TargetRecord,
     visit,
@@ -89,6 +91,30 @@ class _Apply:
                 f"member {member.member_id} has resources both assigned and pending revocation"
             )
         self.state.put_member(member)
+
+    def members_moved(self, record: MembersMovedRecord) -> None:
+        """Only the epoch changes: what each member owns, its instance id and its assignors stay,
+        so the owner and selection indexes stay as they are (O(1) per member, not O(share))."""
+        state, epoch = self.state, record.epoch
+        if epoch > state.target.assignment_epoch:
+            raise IllegalStateError(
+                f"members of {state.group_id} moved to epoch {epoch}, past the assignment epoch "
+                f"{state.target.assignment_epoch}"
+            )
+        for member_id in record.member_ids:
+            member = state.members.get(member_id)
+            if member is None:
+                raise IllegalStateError(f"member {member_id} moved to epoch {epoch} is gone")
+            if member.state is not MemberState.STABLE or member.pending_revocation:
+                raise IllegalStateError(
+                    f"member {member_id} moved to epoch {epoch} while {member.state.value} "
+                    "or with resources pending revocation"
+                )
+            if epoch < member.member_epoch:
+                raise IllegalStateError(
+                    f"epoch of member {member_id} would go down: {member.member_epoch} -> {epoch}"
+                )
+            state.members[member_id] = replace(member, member_epoch=epoch)
 
     def member_removed(self, record: MemberRemovedRecord) -> None:
         self.state.remove_member(record.member_id)
