@@ -275,10 +275,6 @@ class GroupChange:
         self._moved |= ids
         self._moved_epoch = epoch
 
-    def moved_members(self) -> frozenset[str]:
-        """The members `move_members` moved in this change (and not changed since)."""
-        return frozenset(self._moved)
-
     def remove_member(self, member_id: str) -> None:
         self._members.pop(member_id, None)
         self._moved.discard(member_id)
