@@ -104,6 +104,8 @@ PAYLOAD = StructType(
         StructField("unassigned", ArrayType(StringType())),
         StructField("scheduled_rebalance_delay_ms", LongType()),
         StructField("at_ms", LongType()),
+        # TARGET_INSTALLED: members moved to its epoch at once, their share unchanged (3.21)
+        StructField("moved_members", ArrayType(StringType())),
         # ASSIGNMENT_DELIVERED, REVOCATION_REQUESTED
         StructField("member_epoch", IntegerType()),
         StructField("state", StringType()),

@@ -356,10 +356,26 @@ def existence(e: DataFrame) -> tuple[DataFrame, DataFrame]:
     return intervals, mapping
 
 
-def member_levels(member_rows: DataFrame, members: DataFrame) -> DataFrame:
+def _moved(e: DataFrame) -> DataFrame:
+    """The members each install moved to its epoch at once (DESIGN 3.21): STABLE at that epoch
+    from the install's event on, as if it had been delivered to them there."""
+    return e.filter(F.col("event_type") == ev.TARGET_INSTALLED).select(
+        "group_id",
+        F.explode(F.coalesce(F.col("p_moved_members"), _empty())).alias("member_id"),
+        "id",
+        "at_ms",
+        F.col("p_assignment_epoch").alias("level"),
+        F.lit(True).alias("reaches"),
+    )
+
+
+def member_levels(
+    member_rows: DataFrame, members: DataFrame, moved: DataFrame | None = None
+) -> DataFrame:
     """Per member and epoch, the first event at which the member had reached that epoch's target:
-    STABLE at that epoch, or at any later epoch. A new member (joined, or a static member taking
-    over) starts from the group epoch it joined at."""
+    STABLE at that epoch, or at any later epoch, by a delivery or by an install that `moved` it
+    (`_moved`). A new member (joined, or a static member taking over) starts from the group
+    epoch it joined at."""
     delivered = member_rows.filter(F.col("member_epoch").isNotNull()).select(
         "group_id",
         "member_id",
@@ -370,6 +386,8 @@ def member_levels(member_rows: DataFrame, members: DataFrame) -> DataFrame:
         .alias("level"),
         F.lit(True).alias("reaches"),
     )
+    if moved is not None:
+        delivered = delivered.unionByName(moved)
     joins = members.filter(
         F.col("event_type").isin(ev.MEMBER_JOINED, ev.STATIC_MEMBER_REPLACED)
     ).select(
@@ -411,5 +429,5 @@ def build(e: DataFrame, keep: Callable[[DataFrame], DataFrame] = lambda df: df) 
         live_counts=live_counts(members, e),
         existence=intervals,
         resources=mapping,
-        member_levels=member_levels(rows, members),
+        member_levels=member_levels(rows, members, _moved(e)),
     )

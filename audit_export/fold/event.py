@@ -45,6 +45,7 @@ class Event(NamedTuple):
     held_until_ms: int | None = None
     previous_member_id: str | None = None
     task_count: int | None = None
+    moved_members: tuple[str, ...] = ()
 
     @staticmethod
     def from_parsed(row: Mapping[str, Any]) -> Event:
@@ -78,6 +79,7 @@ class Event(NamedTuple):
             held_until_ms=row.get("p_held_until_ms"),
             previous_member_id=row.get("p_previous_member_id"),
             task_count=row.get("p_task_count"),
+            moved_members=tuple(row.get("p_moved_members") or ()),
         )
 
     @property

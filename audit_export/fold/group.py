@@ -191,6 +191,9 @@ class GroupFold:
             self._bump(e)
         elif e.event_type == ev.TARGET_INSTALLED:
             self._installed(e)
+            if e.assignment_epoch is not None:
+                for member_id in e.moved_members:  # moved at the install itself (3.21)
+                    self._reached(member_id, e.assignment_epoch, e.at_ms)
         elif e.event_type == ev.REVOCATION_REQUESTED and e.target_epoch is not None:
             rb = s.rebalances.get(e.target_epoch)
             if rb is not None and not self._rebalance_final(rb):
@@ -586,18 +589,24 @@ class GroupFold:
         rb.members_to_converge = len(rb.waiting_members)
 
     def _delivered(self, e: Event) -> None:
-        s = self.s
         assert e.member_id is not None
-        m = s.members.setdefault(e.member_id, MemberState())
         if e.member_epoch is None:
+            self.s.members.setdefault(e.member_id, MemberState())
             return
         level = e.member_epoch if e.state == "STABLE" else e.member_epoch - 1
+        self._reached(e.member_id, level, e.at_ms)
+
+    def _reached(self, member_id: str, level: int, at_ms: int) -> None:
+        """The member has reached the targets of every epoch up to `level` (a delivery, or an
+        install that moved it): it is done with each rebalance above its floor up to there."""
+        s = self.s
+        m = s.members.setdefault(member_id, MemberState())
         if m.floor is not None and level > m.floor:
             for epoch in range(m.floor + 1, level + 1):
                 rb = s.rebalances.get(epoch)
-                if rb is not None and e.member_id in rb.waiting_members:
-                    rb.waiting_members.discard(e.member_id)
-                    rb.last_done_ms = _max(rb.last_done_ms, e.at_ms)
+                if rb is not None and member_id in rb.waiting_members:
+                    rb.waiting_members.discard(member_id)
+                    rb.last_done_ms = _max(rb.last_done_ms, at_ms)
         m.floor = level if m.floor is None else max(m.floor, level)
 
     def _rebalance_row(self, rb: Rebalance) -> dict[str, Any]:

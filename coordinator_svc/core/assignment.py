@@ -41,6 +41,7 @@ from .model import (
     GroupConfigDefaults,
     GroupState,
     Member,
+    MemberState,
     PreparedSnapshot,
     TargetAssignment,
     TargetEntry,
@@ -447,12 +448,16 @@ def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None)
         changed = _changed(old, new)
         moves, unassigned = _moves(old, new, changed, catalogue)
     change.set_target(new, changed)
+    moved = _unchanged_members(change, new)
+    if moved:
+        change.move_members(moved, new.assignment_epoch)
     change.event(
         EventType.TARGET_INSTALLED,
         req.member_id,
         assignment_epoch=req.group_epoch,
         moves=moves,
         unassigned=unassigned,
+        moved_members=moved,
         scheduled_rebalance_delay_ms=req.scheduled_rebalance_delay_ms,
         **({"lost_work_delay_ms": req.lost_work_delay_ms} if req.lost_work_delay_ms else {}),
         **({"next_wave_delay_ms": req.next_wave_delay_ms} if req.next_wave_delay_ms else {}),
@@ -476,6 +481,21 @@ def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None)
         )
     elif old.scheduled_rebalance_at_ms is not None:
         change.cancel((SCHEDULED_REBALANCE, ""))
+
+
+def _unchanged_members(change: GroupChange, new: TargetAssignment) -> list[str]:
+    """The members an install moves to its epoch at once (DESIGN 3.21), sorted: STABLE, nothing
+    pending, and a share in `new` equal to what they were last told to run (a member the
+    install does not name has an empty share). Reconciling any of them would only move its
+    epoch; nothing else about them changes, so none is written one by one."""
+    return sorted(
+        member_id
+        for member_id, m in change.members().items()
+        if m.state is MemberState.STABLE
+        and not m.pending_revocation
+        and m.member_epoch < new.assignment_epoch
+        and m.assigned == new.of(member_id).resources
+    )
 
 
 def _within(share: ResourceSet, catalogue: ResourceSet) -> ResourceSet:

@@ -35,6 +35,7 @@ from .records import (
     GroupMetaRecord,
     MemberRecord,
     MemberRemovedRecord,
+    MembersMovedRecord,
     Record,
     TargetRecord,
 )
@@ -64,6 +65,9 @@ class GroupChange:
         self._target_changed: frozenset[str] | None = None
         self._members: dict[str, Member] = {}
         self._removed: set[str] = set()
+        # Committed members moved to `_moved_epoch` with nothing else changed (DESIGN 3.21).
+        self._moved: set[str] = set()
+        self._moved_epoch = 0
         self._connectors: dict[str, Connector | None] = {}
         self._configs: dict[str, str] | None = None
         self._events: list[EventRecord] = []
@@ -103,10 +107,15 @@ class GroupChange:
             return self._members[member_id]
         if member_id in self._removed or self.state is None:
             return None
-        return self.state.members.get(member_id)
+        member = self.state.members.get(member_id)
+        if member is not None and member_id in self._moved:
+            return replace(member, member_epoch=self._moved_epoch)
+        return member
 
     def members(self) -> dict[str, Member]:
         result = {} if self.state is None else dict(self.state.members)
+        for member_id in self._moved:
+            result[member_id] = replace(result[member_id], member_epoch=self._moved_epoch)
         for member_id in self._removed:
             result.pop(member_id, None)
         result.update(self._members)
@@ -254,10 +263,21 @@ class GroupChange:
 
     def put_member(self, member: Member) -> None:
         self._removed.discard(member.member_id)
+        self._moved.discard(member.member_id)
         self._members[member.member_id] = member
+
+    def move_members(self, member_ids: Iterable[str], epoch: int) -> None:
+        """Move committed, unchanged members to `epoch` keeping everything else (DESIGN 3.21):
+        recorded as one `MembersMovedRecord`, written with one statement. O(len(member_ids))."""
+        ids = set(member_ids)
+        assert self.state is not None and not (ids & self._members.keys()), "committed only"
+        assert not self._moved or epoch == self._moved_epoch, "one move per change"
+        self._moved |= ids
+        self._moved_epoch = epoch
 
     def remove_member(self, member_id: str) -> None:
         self._members.pop(member_id, None)
+        self._moved.discard(member_id)
         if self.state is not None and member_id in self.state.members:
             self._removed.add(member_id)
 
@@ -387,6 +407,10 @@ class GroupChange:
         if self._target is not None and (self.state is None or self._target != self.state.target):
             rows = None if self.state is None else self._target_changed
             out.append(TargetRecord(self.group_id, self._target, rows))
+        if self._moved:
+            out.append(
+                MembersMovedRecord(self.group_id, tuple(sorted(self._moved)), self._moved_epoch)
+            )
         # Members that give resources up are applied before members that take them.
         changed = [
             m
@@ -401,7 +425,11 @@ class GroupChange:
         def epoch_only(m: Member) -> bool:
             old = None if self.state is None else self.state.members.get(m.member_id)
             return old is not None and m == replace(
-                old, member_epoch=m.member_epoch, previous_epoch=m.previous_epoch, state=m.state
+                old,
+                member_epoch=m.member_epoch,
+                previous_epoch=m.previous_epoch,
+                state=m.state,
+                stable_since_epoch=m.stable_since_epoch,
             )
 
         changed.sort(key=lambda m: (gives_up(m), m.member_id))

@@ -38,6 +38,19 @@ from .validation import validate_heartbeat
 from .wire_size import prepare_bytes
 
 
+def told_its_assignment_at(member: Member, epoch: int) -> bool:
+    """Whether a heartbeat at `epoch` from `member` is one a member moved at install would send
+    (DESIGN 3.21, amending 3.12): STABLE with nothing pending, and `epoch` between the epoch at
+    which it was last sent its current assignment and its epoch now. Every epoch in that range
+    carried this same assignment, so the member runs nothing it was not given. (0: never set, as
+    for a `Member` built by hand: not accepted.)"""
+    return (
+        member.state is MemberState.STABLE
+        and not member.pending_revocation
+        and 0 < member.stable_since_epoch <= epoch <= member.member_epoch
+    )
+
+
 def heartbeat(
     state: GroupState | None,
     req: HeartbeatRequest,
@@ -131,6 +144,7 @@ class _Heartbeat:
                 member,
                 state=MemberState.LEFT,
                 pending_revocation=EMPTY,
+                stable_since_epoch=member.member_epoch,
                 instance_id=member.instance_id or req.instance_id,
             )
             change.put_member(left)
@@ -193,6 +207,7 @@ class _Heartbeat:
             rebalance_timeout_ms=req.rebalance_timeout_ms,
             assignors=req.client_assignors or (),
             principal=self.principal or "",
+            stable_since_epoch=change.target.assignment_epoch,
         )
         self.check_assignors(member)
         change.put_member(member)
@@ -211,7 +226,9 @@ class _Heartbeat:
         change = self.change
         was_left = member.state is MemberState.LEFT
         if was_left:
-            member = replace(member, state=MemberState.STABLE)
+            member = replace(
+                member, state=MemberState.STABLE, stable_since_epoch=member.member_epoch
+            )
         updated, assignors_changed = self.updated(member)
         if change.release_hold(member.member_id) is not None:
             change.cancel((HOLD, member.member_id))
@@ -228,7 +245,12 @@ class _Heartbeat:
         """A new member id presents a departed static member's instance id: it takes the
         assignment over without a rebalance (DESIGN 3.14)."""
         req, change = self.req, self.change
-        successor = replace(holder, member_id=req.member_id, state=MemberState.STABLE)
+        successor = replace(
+            holder,
+            member_id=req.member_id,
+            state=MemberState.STABLE,
+            stable_since_epoch=holder.member_epoch,
+        )
         successor, assignors_changed = self.updated(successor)
         if successor.assigned:
             # A member that did not hold them: a grant, with a new token (DESIGN 3.18).
@@ -279,7 +301,9 @@ class _Heartbeat:
             raise UnknownMemberId(f"member {req.member_id!r} left the group; rejoin with epoch 0.")
         resend = False
         if req.member_epoch != member.member_epoch:
-            if (
+            if told_its_assignment_at(member, req.member_epoch):
+                pass  # moved since (DESIGN 3.21): answered at its epoch, as if it had sent it
+            elif (
                 req.member_epoch == member.previous_epoch
                 and req.owned is not None
                 and req.owned <= member.assigned
@@ -454,6 +478,13 @@ class _Heartbeat:
                 after = self.grant(after, granted)
             elif after.tokens:
                 after = replace(after, tokens=after.tokens.restricted(after.assigned))
+        if (
+            after.assigned != member.assigned
+            or after.pending_revocation != member.pending_revocation
+            or after.state is not member.state
+        ):
+            # What it runs or waits on changed: it is told so at this epoch (DESIGN 3.21).
+            after = replace(after, stable_since_epoch=after.member_epoch)
         if after != member:
             change.put_member(after)
             self.record_transition(member, after)

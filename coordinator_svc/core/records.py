@@ -75,12 +75,24 @@ class TargetRecord:
 @dataclass(frozen=True, slots=True)
 class MemberRecord:
     """A member as it is now. `epoch_only`: it differs from the committed member only in its
-    epochs and state (the common change once a target is installed: the member moves to the
-    new epoch keeping its work), so the store updates just those columns."""
+    epochs and state (a member moving to a new epoch keeping its work), so the store updates
+    just those columns."""
 
     group_id: str
     member: Member
     epoch_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MembersMovedRecord:
+    """Members moved to `epoch` by an install with nothing else about them changed (DESIGN
+    3.21): each was STABLE with nothing pending and its target share equal to its assignment.
+    Only their `member_epoch` changes (not `previous_epoch`, not `stable_since_epoch`), so the
+    store writes all of them with one statement."""
+
+    group_id: str
+    member_ids: tuple[str, ...]
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +135,7 @@ StateRecord = (
     GroupMetaRecord
     | TargetRecord
     | MemberRecord
+    | MembersMovedRecord
     | MemberRemovedRecord
     | ConnectorRecord
     | ConnectorRemovedRecord
@@ -142,6 +155,8 @@ class RecordVisitor(Protocol):
     def target(self, record: TargetRecord) -> None: ...
 
     def member(self, record: MemberRecord) -> None: ...
+
+    def members_moved(self, record: MembersMovedRecord) -> None: ...
 
     def member_removed(self, record: MemberRemovedRecord) -> None: ...
 
@@ -163,6 +178,8 @@ def visit(record: Record, visitor: RecordVisitor) -> None:
             visitor.target(record)
         case MemberRecord():
             visitor.member(record)
+        case MembersMovedRecord():
+            visitor.members_moved(record)
         case MemberRemovedRecord():
             visitor.member_removed(record)
         case ConnectorRecord():

@@ -8,9 +8,10 @@ in memory at the cost of what they changed, never a copy of the group (DESIGN 3.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from .errors import IllegalStateError
-from .model import Connector, GroupMeta, GroupState, Member, TargetAssignment
+from .model import Connector, GroupMeta, GroupState, Member, MemberState, TargetAssignment
 from .records import (
     ConfigRecord,
     ConnectorRecord,
@@ -19,6 +20,7 @@ from .records import (
     GroupMetaRecord,
     MemberRecord,
     MemberRemovedRecord,
+    MembersMovedRecord,
     Record,
     TargetRecord,
     visit,
@@ -98,6 +100,14 @@ def _restore_member(member_id: str, old: Member | None) -> Step:
     return lambda s: s.put_member(old)
 
 
+def _restore_moved(old: list[Member]) -> Step:
+    def restore(s: GroupState) -> None:
+        for member in old:  # only their epochs changed: the indexes never saw the move
+            s.members[member.member_id] = member
+
+    return restore
+
+
 def _restore_connector(name: str, old: Connector | None) -> Step:
     if old is None:
         return lambda s: s.remove_connector(name)
@@ -121,6 +131,10 @@ class _Remember:
     def member(self, record: MemberRecord) -> None:
         member_id = record.member.member_id
         self.undo.push(_restore_member(member_id, self.state.members.get(member_id)))
+
+    def members_moved(self, record: MembersMovedRecord) -> None:
+        members = self.state.members
+        self.undo.push(_restore_moved([members[m] for m in record.member_ids if m in members]))
 
     def member_removed(self, record: MemberRemovedRecord) -> None:
         member_id = record.member_id
@@ -184,6 +198,30 @@ class _Apply:
                 f"member {member.member_id} has resources both assigned and pending revocation"
             )
         self.state.put_member(member)
+
+    def members_moved(self, record: MembersMovedRecord) -> None:
+        """Only the epoch changes: what each member owns, its instance id and its assignors stay,
+        so the owner and selection indexes stay as they are (O(1) per member, not O(share))."""
+        state, epoch = self.state, record.epoch
+        if epoch > state.target.assignment_epoch:
+            raise IllegalStateError(
+                f"members of {state.group_id} moved to epoch {epoch}, past the assignment epoch "
+                f"{state.target.assignment_epoch}"
+            )
+        for member_id in record.member_ids:
+            member = state.members.get(member_id)
+            if member is None:
+                raise IllegalStateError(f"member {member_id} moved to epoch {epoch} is gone")
+            if member.state is not MemberState.STABLE or member.pending_revocation:
+                raise IllegalStateError(
+                    f"member {member_id} moved to epoch {epoch} while {member.state.value} "
+                    "or with resources pending revocation"
+                )
+            if epoch < member.member_epoch:
+                raise IllegalStateError(
+                    f"epoch of member {member_id} would go down: {member.member_epoch} -> {epoch}"
+                )
+            state.members[member_id] = replace(member, member_epoch=epoch)
 
     def member_removed(self, record: MemberRemovedRecord) -> None:
         self.state.remove_member(record.member_id)

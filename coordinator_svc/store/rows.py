@@ -247,7 +247,14 @@ def member_epoch_row(group_id: str, member: Member) -> dict[str, Any]:
         "p_epoch": member.member_epoch,
         "p_previous": member.previous_epoch,
         "p_state": member.state.value,
+        "p_stable_since": member.stable_since_epoch,
     }
+
+
+def members_moved_params(group_id: str, member_ids: Sequence[str], epoch: int) -> dict[str, Any]:
+    """The parameters of the one-statement move of unchanged members to `epoch` (DESIGN 3.21;
+    see `MembersMovedRecord`)."""
+    return {"p_group": group_id, "p_ids": list(member_ids), "p_epoch": epoch}
 
 
 def member_from_row(row: Row) -> Member:

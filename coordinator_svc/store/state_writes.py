@@ -7,10 +7,11 @@ Checking the commit's lease is `leases.Leases.check`, in the same transaction (`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from coordinator_svc.core.model import Connector, GroupMeta, Member, TargetAssignment
@@ -22,6 +23,7 @@ from coordinator_svc.core.records import (
     GroupMetaRecord,
     MemberRecord,
     MemberRemovedRecord,
+    MembersMovedRecord,
     Record,
     TargetRecord,
     record_group_id,
@@ -45,6 +47,9 @@ class Plan:
     connectors: dict[str, Connector | None] = field(default_factory=dict)
     members: dict[str, Member | None] = field(default_factory=dict)
     epoch_only: set[str] = field(default_factory=set)  # members whose row needs only epochs
+    #: Members moved to a new epoch with nothing else changed and no other row write in this
+    #: plan (DESIGN 3.21): member id -> epoch; written with one statement per epoch.
+    moved: dict[str, int] = field(default_factory=dict)
     events: list[EventRecord] = field(default_factory=list)
 
     @staticmethod
@@ -91,14 +96,25 @@ class _Fold:
             member_id not in plan.members or member_id in plan.epoch_only
         )
         plan.members[member_id] = member
+        plan.moved.pop(member_id, None)  # the record carries its epoch
         if narrow:
             plan.epoch_only.add(member_id)
         else:
             plan.epoch_only.discard(member_id)
 
+    def members_moved(self, record: MembersMovedRecord) -> None:
+        plan, epoch = self.plan, record.epoch
+        for member_id in record.member_ids:
+            written = plan.members.get(member_id)
+            if written is not None:  # its row is written anyway: with the new epoch
+                plan.members[member_id] = replace(written, member_epoch=epoch)
+            else:
+                plan.moved[member_id] = epoch
+
     def member_removed(self, record: MemberRemovedRecord) -> None:
         self.plan.members[record.member_id] = None
         self.plan.epoch_only.discard(record.member_id)
+        self.plan.moved.pop(record.member_id, None)
 
     def connector(self, record: ConnectorRecord) -> None:
         self.plan.connectors[record.connector.name] = record.connector
@@ -111,6 +127,19 @@ class _Fold:
 
     def event(self, record: EventRecord) -> None:
         self.plan.events.append(record)
+
+
+MOVE_CHUNK = 500
+"""Member ids per move statement on SQLite (an IN list; its parameter limit is 999 in old
+builds). PostgreSQL takes any number as one array parameter."""
+
+
+def _any_of(db: Database, column: sa.ColumnElement[str], name: str) -> sa.ColumnElement[bool]:
+    """`column` is one of the ids in parameter `name`: `= ANY(:name)` (one array parameter)
+    on PostgreSQL, an expanding IN list on SQLite."""
+    if db.sqlite:
+        return column.in_(sa.bindparam(name, expanding=True))
+    return column == sa.any_(sa.bindparam(name, type_=postgresql.ARRAY(sa.String)))
 
 
 def _upsert(
@@ -145,6 +174,9 @@ class WriteStatements:
     upsert_connector: sa.Executable
     upsert_target: sa.Executable
     update_member_epochs: sa.Executable
+    move_members: sa.Executable
+    #: How many ids one `move_members` takes (None: any number, as one array parameter).
+    move_members_chunk: int | None
     delete_members: sa.Executable
     delete_connectors: sa.Executable
     delete_target_members: sa.Executable
@@ -176,8 +208,13 @@ class WriteStatements:
                     member_epoch=sa.bindparam("p_epoch"),
                     previous_epoch=sa.bindparam("p_previous"),
                     state=sa.bindparam("p_state"),
+                    stable_since_epoch=sa.bindparam("p_stable_since"),
                 )
             ),
+            move_members=sa.update(schema.members)
+            .where(m.group_id == sa.bindparam("p_group"), _any_of(db, m.member_id, "p_ids"))
+            .values(member_epoch=sa.bindparam("p_epoch")),
+            move_members_chunk=MOVE_CHUNK if db.sqlite else None,
             delete_members=sa.delete(schema.members).where(
                 m.group_id == sa.bindparam("p_group"),
                 m.member_id.in_(sa.bindparam("p_ids", expanding=True)),
@@ -195,6 +232,22 @@ class WriteStatements:
             insert_configs=sa.insert(gc),
             insert_events=sa.insert(schema.events),
         )
+
+
+def _move_members(
+    conn: Connection, sql: WriteStatements, group_id: str, moved: Mapping[str, int]
+) -> None:
+    """Members moved with nothing else changed: one statement per epoch (one per chunk of ids
+    on SQLite), however many they are (DESIGN 3.21)."""
+    by_epoch: dict[int, list[str]] = {}
+    for member_id, epoch in moved.items():
+        by_epoch.setdefault(epoch, []).append(member_id)
+    for epoch, member_ids in sorted(by_epoch.items()):
+        member_ids.sort()
+        step = sql.move_members_chunk or len(member_ids)
+        for i in range(0, len(member_ids), step):
+            params = rows.members_moved_params(group_id, member_ids[i : i + step], epoch)
+            conn.execute(sql.move_members, params)
 
 
 def write(conn: Connection, sql: WriteStatements, plan: Plan) -> None:
@@ -240,13 +293,14 @@ def write(conn: Connection, sql: WriteStatements, plan: Plan) -> None:
     ]
     if put_members:
         conn.execute(sql.upsert_member, put_members)
-    moved = [
+    epochs = [
         rows.member_epoch_row(group_id, v)
         for v in plan.members.values()
         if v is not None and v.member_id in plan.epoch_only
     ]
-    if moved:
-        conn.execute(sql.update_member_epochs, moved)
+    if epochs:
+        conn.execute(sql.update_member_epochs, epochs)
+    _move_members(conn, sql, group_id, plan.moved)
     if plan.events:
         # executemany: psycopg 3 sends the rows in one pipeline.
         conn.execute(sql.insert_events, [rows.event_row(e) for e in plan.events])

@@ -574,10 +574,17 @@ def test_prepare_and_install_do_not_touch_the_state_they_are_given() -> None:
     assert h.dump() == before
 
 
-def test_an_install_does_not_move_a_member_it_does_not_touch() -> None:
+def test_an_install_moves_the_members_whose_share_it_does_not_change_to_its_epoch() -> None:
     h = three_members_prepared()
 
     h.install("w1", {"w1": W1_SHARE, "w2": W2_SHARE, "w3": EMPTY})
 
-    assert h.member("w2").state is MemberState.STABLE
-    assert h.member("w2").member_epoch == 5  # members move on their own heartbeats
+    # Every share is what its member runs: all are moved at once, in the install's own
+    # records, and are still known to have been told their assignment at 5 (DESIGN 3.21).
+    for member_id in ("w1", "w2"):
+        assert h.member(member_id).state is MemberState.STABLE
+        assert h.member(member_id).member_epoch == 6
+        assert h.member(member_id).stable_since_epoch == 5
+    assert h.member("w3").member_epoch == 6
+    [installed] = h.last_events(EventType.TARGET_INSTALLED)
+    assert installed.payload["moved_members"] == ["w1", "w2", "w3"]

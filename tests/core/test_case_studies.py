@@ -230,17 +230,19 @@ def w2_times_out_and_w3_defers(study: Study) -> None:
     )
 
     # W3 computes, and changes nothing to give W2 a chance to come back: BC0 and BT1 stay
-    # unassigned, which the install declares with a scheduled rebalance delay.
+    # unassigned, which the install declares with a scheduled rebalance delay. W1's and W3's
+    # shares do not change, so the install moves them to epoch 36 at once (DESIGN 3.21; the
+    # seed's table shows 35 until their next heartbeats).
     assert h.keepalive("W3").error_code == ErrorCode.COMPUTE_ASSIGNMENT
     h.compute("W3", {"W1": seed("AC0", "AT1"), "W3": seed("AT2")}, delay_ms=DELAY_MS)
     study.expect(
         36,
         36,
         {"W1": ["AC0", "AT1"], "W3": ["AT2"]},
-        {"W1": (35, "STABLE", ["AC0", "AT1"]), "W3": (35, "STABLE", ["AT2"])},
+        {"W1": (36, "STABLE", ["AC0", "AT1"]), "W3": (36, "STABLE", ["AT2"])},
     )
 
-    # W1 and W3 heartbeat: they move to epoch 36 with the same assignments.
+    # W1 and W3 heartbeat: they learn epoch 36, with the same assignments.
     study.ack("W1")
     study.ack("W3")
     study.expect(

@@ -56,6 +56,7 @@ def test_the_first_join_creates_the_group_with_epochs_starting_at_1() -> None:
         member_epoch=1,
         rebalance_timeout_ms=REBALANCE_MS,
         assignors=SESSIONED,
+        stable_since_epoch=1,  # told its (empty) assignment at 1 (DESIGN 3.21)
     )
     assert h.events_of_last_call()[:2] == [EventType.GROUP_CREATED, EventType.MEMBER_JOINED]
     assert h.dump() == h.rebuilt()

@@ -9,7 +9,7 @@ from typing import Any
 from coordinator_svc.core import replay
 from coordinator_svc.core.model import GroupState
 from coordinator_svc.core.results import Result
-from tests.core.harness import GroupHarness, ok, rs, stable_group
+from tests.core.harness import W1_SHARE, W2_SHARE, GroupHarness, ok, rs, stable_group
 
 
 class UndoHarness(GroupHarness):
@@ -107,3 +107,21 @@ def test_a_batch_taken_back_and_run_again_gives_the_group_a_single_run_gives() -
     batch(once)
     assert once.state is not None
     assert full_dump(retried.state) == full_dump(once.state)
+
+
+def test_an_install_that_moves_members_is_taken_back_exactly() -> None:
+    """The epoch-only move of an install's unchanged members (DESIGN 3.21) is undone too."""
+    h = undo_harness()
+    assert h.state is not None
+    ok(h.join("w3"))
+    before = full_dump(h.state)
+    epochs = {m: h.member(m).member_epoch for m in ("w1", "w2", "w3")}
+    h.undo = undo = replay.Undo()
+    h.compute("w1", {"w1": W1_SHARE, "w2": W2_SHARE, "w3": rs()})
+    assert {m: h.member(m).member_epoch for m in epochs} != epochs  # moved at the install
+    assert any(type(r).__name__ == "MembersMovedRecord" for r in h.log)
+
+    undo.rollback(h.state)
+
+    assert full_dump(h.state) == before
+    assert {m: h.member(m).member_epoch for m in epochs} == epochs
