@@ -344,7 +344,7 @@ class Scenario:
             asked.asked.clear()
             try:
                 self.compute(group, asked, rotate())
-            except Exception as error:  # noqa: BLE001 - a bench: log, and the next ask retries
+            except Exception as error:
                 log(f"  {self.variant}: compute for {group} failed: {error}")
 
     def compute(self, group: str, member: Member, rotate: int) -> None:
@@ -501,7 +501,7 @@ SCENARIOS: dict[str, Callable[[Scenario, argparse.Namespace], dict[str, Any]]] =
 
 
 def rows(name: str, r: dict[str, Any]) -> list[tuple[str, str]]:
-    def l(d: dict[str, Any]) -> str:  # noqa: E743
+    def fmt(d: dict[str, Any]) -> str:
         errors = f" err {d['errors']}" if d.get("errors") else ""
         return f"{d['p50_ms']:.1f} / {d['p99_ms']:.1f} / {d['max_ms']:.0f} ({d['count']}){errors}"
 
@@ -511,8 +511,8 @@ def rows(name: str, r: dict[str, Any]) -> list[tuple[str, str]]:
     if name == "reconcile":
         out += [
             ("reconcile: forming, s", f"{r['form_s']}"),
-            ("reconcile: hb while forming p50/p99/max ms", l(r["forming"])),
-            ("reconcile: hb during rounds p50/p99/max ms", l(r["rounds"])),
+            ("reconcile: hb while forming p50/p99/max ms", fmt(r["forming"])),
+            ("reconcile: hb during rounds p50/p99/max ms", fmt(r["rounds"])),
             ("reconcile: rounds, s to STABLE", str([d["stable_s"] for d in r["round_detail"]])),
             (
                 "reconcile: assignor's next 2 hb after put, ms",
@@ -524,11 +524,11 @@ def rows(name: str, r: dict[str, Any]) -> list[tuple[str, str]]:
             ("put: PutConnector 100k, ms", f"{r['put_ms']}"),
             ("put: big group STABLE after, s", f"{r['stable_s']}"),
             ("put: its member's next 3 hb, ms", str(r["big_member_next_ms"])),
-            ("put: other group before p50/p99/max", l(r["other_before"])),
-            ("put: other group during p50/p99/max", l(r["other_during"])),
+            ("put: other group before p50/p99/max", fmt(r["other_before"])),
+            ("put: other group during p50/p99/max", fmt(r["other_during"])),
         ]
     else:
-        out += [("full-owned: hb p50/p99/max ms", l(r["heartbeats"]))]
+        out += [("full-owned: hb p50/p99/max ms", fmt(r["heartbeats"]))]
     out += [
         (f"{name}: group_dropped in log", str(r["group_dropped"])),
         (f"{name}: coordinator CPU s", str(r["coordinator_cpu_s"])),
@@ -566,7 +566,7 @@ def main() -> int:
                 run = Scenario(name, variant, serve, cluster.url)
                 try:
                     results[variant][name] = SCENARIOS[name](run, a)
-                except Exception as error:  # noqa: BLE001 - report it in the table
+                except Exception as error:
                     log(f"  {variant}: {name} failed: {error!r}")
                     results[variant][name] = {"failed": repr(error)}
                 finally:
