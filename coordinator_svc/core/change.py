@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from connect_protocol.configs import config_int
-from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources
+from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources, catalogue_with
 
 from .model import (
     Connector,
@@ -172,9 +172,21 @@ class GroupChange:
 
     def catalogue_resources(self) -> ResourceSet:
         """Every resource of the catalogue with this change applied (cached by the state)."""
-        if not self._connectors and self.state is not None:
-            return self.state.catalogue_resources()
-        return catalogue_resources(self.catalogue().values())
+        if self.state is None:
+            return catalogue_resources(self.catalogue().values())
+        base = self.state.catalogue_resources()
+        if not self._connectors:
+            return base
+        committed = self.state.catalogue
+        changes = [
+            (
+                name,
+                None if name not in committed else committed[name].task_count,
+                None if connector is None else connector.task_count,
+            )
+            for name, connector in self._connectors.items()
+        ]
+        return catalogue_with(base, changes)
 
     def member_by_instance(self, instance_id: str) -> Member | None:
         for m in self._members.values():

@@ -37,6 +37,7 @@ from connect_protocol.resources import (
     ResourceSet,
     TaskId,
     catalogue_resources,
+    catalogue_with,
     connector_resources,
 )
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
@@ -286,7 +287,10 @@ class GroupState:
 
     def __init__(self, meta: GroupMeta, target: TargetAssignment) -> None:
         self.meta = meta
-        self.target = target
+        self._target = target
+        #: Members not settled on the target (`settled`), kept as members and the target
+        #: change, so that `status()` is O(1) (a metrics scrape asks it of every group).
+        self.unsettled: set[str] = set()
         self.members: dict[str, Member] = {}
         self.catalogue: dict[str, Connector] = {}
         self.configs: dict[str, str] = {}
@@ -295,14 +299,39 @@ class GroupState:
         self.instance_owner: dict[str, str] = {}
         # Group-wide facts handlers need, kept as members and connectors change (so that no
         # handler looks at every member): selection profiles, the static members that left,
-        # and the catalogue's resources (rebuilt only after the catalogue changed).
+        # and the catalogue's resources (built when a Prepare or an Install first needs them;
+        # after a catalogue change, the last ones built plus the connectors changed since, so a
+        # PutConnector costs O(1) and the next Prepare O(tasks changed) in Python).
         self.selection_index = SelectionIndex()
         self.left_members: set[str] = set()
         self._catalogue_resources: ResourceSet | None = None
+        self._catalogue_base: ResourceSet | None = None
+        self._catalogue_changed: dict[str, int | None] = {}  # name -> task count in the base
         self.catalogue_wire_bytes = 0  # what the catalogue adds to a Prepare answer, at most
         self.catalogue_tasks = 0
         self.catalogue_config_bytes = 0
         self.assignor_metadata_bytes = 0  # of every member's client assignors, together
+
+    @property
+    def target(self) -> TargetAssignment:
+        return self._target
+
+    @target.setter
+    def target(self, target: TargetAssignment) -> None:
+        """A new target: O(members), each member's share compared once (an install's cost)."""
+        self._target = target
+        self.unsettled = {m for m, member in self.members.items() if not self.settled(member)}
+
+    def settled(self, member: Member) -> bool:
+        """Whether `member` runs exactly its share of the target at the target's epoch (a
+        static member that left counts as settled: it runs nothing the group waits on)."""
+        if member.state is MemberState.LEFT:
+            return True
+        return (
+            member.member_epoch == self._target.assignment_epoch
+            and member.state is MemberState.STABLE
+            and member.assigned == self._target.of(member.member_id).resources
+        )
 
     @property
     def group_id(self) -> str:
@@ -317,10 +346,35 @@ class GroupState:
         return self.target.assignment_epoch
 
     def catalogue_resources(self) -> ResourceSet:
-        """Every connector and task of the catalogue (cached until the catalogue changes)."""
+        """Every connector and task of the catalogue (cached; after a catalogue change, the
+        cached set updated by the connectors changed since: O(tasks changed) in Python)."""
         if self._catalogue_resources is None:
-            self._catalogue_resources = catalogue_resources(self.catalogue.values())
+            base = self._catalogue_base
+            if base is None:
+                self._catalogue_resources = catalogue_resources(self.catalogue.values())
+            else:
+                changes = [
+                    (name, was, self._task_count(name))
+                    for name, was in self._catalogue_changed.items()
+                ]
+                self._catalogue_resources = catalogue_with(base, changes)
+            self._catalogue_base = None
+            self._catalogue_changed = {}
         return self._catalogue_resources
+
+    def _task_count(self, name: str) -> int | None:
+        connector = self.catalogue.get(name)
+        return None if connector is None else connector.task_count
+
+    def _catalogue_changing(self, name: str) -> None:
+        """Before connector `name` changes: keep the resources built so far as the base of the
+        next build, with the connector's task count in it. O(1)."""
+        if self._catalogue_resources is not None:
+            self._catalogue_base = self._catalogue_resources
+            self._catalogue_resources = None
+            self._catalogue_changed = {}
+        if self._catalogue_base is not None and name not in self._catalogue_changed:
+            self._catalogue_changed[name] = self._task_count(name)
 
     def read_view(self) -> GroupState:
         """A copy that later changes to this state do not reach, for reading after the group's
@@ -330,6 +384,8 @@ class GroupState:
         view.members = dict(self.members)
         view.catalogue = dict(self.catalogue)
         view.configs = dict(self.configs)
+        view.unsettled = set(self.unsettled)
+        view._catalogue_changed = dict(self._catalogue_changed)
         return view
 
     def cached_catalogue_resources(self) -> ResourceSet | None:
@@ -338,18 +394,21 @@ class GroupState:
         return self._catalogue_resources
 
     def put_connector(self, connector: Connector) -> None:
+        """O(1): the running sums are updated, the catalogue's resources built when needed."""
         old = self.catalogue.get(connector.name)
         if old is not None:
             self._count(old, -1)
+        if old is None or old.task_count != connector.task_count:
+            self._catalogue_changing(connector.name)
         self.catalogue[connector.name] = connector
         self._count(connector, 1)
-        self._catalogue_resources = None
 
     def remove_connector(self, name: str) -> None:
+        if name in self.catalogue:
+            self._catalogue_changing(name)
         old = self.catalogue.pop(name, None)
         if old is not None:
             self._count(old, -1)
-            self._catalogue_resources = None
 
     def _count(self, connector: Connector, sign: int) -> None:
         self.catalogue_wire_bytes += sign * connector.wire_bytes()
@@ -371,20 +430,12 @@ class GroupState:
         return assignor_principals(self.configs, defaults)
 
     def status(self) -> GroupStatus:
+        """O(1): the unsettled members are kept as members and the target change."""
         if not self.members:
             return GroupStatus.EMPTY
         if self.group_epoch > self.assignment_epoch:
             return GroupStatus.ASSIGNING
-        for m in self.members.values():
-            if m.state is MemberState.LEFT:
-                continue
-            if (
-                m.member_epoch != self.assignment_epoch
-                or m.state is not MemberState.STABLE
-                or m.assigned != self.target.of(m.member_id).resources
-            ):
-                return GroupStatus.RECONCILING
-        return GroupStatus.STABLE
+        return GroupStatus.RECONCILING if self.unsettled else GroupStatus.STABLE
 
     def config_int(self, key: str, defaults: GroupConfigDefaults) -> int:
         return config_int(self.configs, key, int(defaults.as_map()[key]))
@@ -437,12 +488,17 @@ class GroupState:
             raise
         self.members[member.member_id] = member
         self._index_selection(old, member)
+        if self.settled(member):
+            self.unsettled.discard(member.member_id)
+        else:
+            self.unsettled.add(member.member_id)
 
     def remove_member(self, member_id: str) -> None:
         old = self.members.pop(member_id, None)
         if old is not None:
             self._index_member(old, add=False)
             self._index_selection(old, None)
+        self.unsettled.discard(member_id)
 
     def _index_selection(self, old: Member | None, new: Member | None) -> None:
         member_id = (new or old).member_id  # type: ignore[union-attr]

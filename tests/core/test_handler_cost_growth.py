@@ -19,8 +19,16 @@ from typing import Any
 
 import pytest
 
-from connect_protocol.messages import HeartbeatRequest, InstallRequest, MemberTarget, PrepareRequest
-from connect_protocol.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.messages import (
+    HeartbeatRequest,
+    InstallRequest,
+    MemberTarget,
+    PrepareRequest,
+    PutConnectorRequest,
+)
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId, catalogue_resources
+from coordinator_svc.core import replay
+from coordinator_svc.core.admin import put_connector
 from coordinator_svc.core.assignment import install_assignment, prepare_assignment
 from coordinator_svc.core.heartbeat import heartbeat
 from tests.core.harness import DEFAULTS, SESSIONED, GroupHarness
@@ -251,3 +259,244 @@ def test_the_assignors_grow_at_most_linearly(groups: dict[int, Group], assignor:
         return lambda: assignor.assign(view)
 
     assert_growth(calls_at(groups, make), LINEAR)
+
+
+# --- unsettled groups and large catalogues (issue 24) -------------------------------------------
+#
+# A heartbeat in an ASSIGNING or RECONCILING group costs O(that member's share and what changed
+# for it): counted with its records applied (replay is part of what a heartbeat costs), at two
+# member counts and at two catalogue sizes with the member's share fixed; a PutConnector costs
+# O(1) in the catalogue and in its own task count (its tasks stay a count until a Prepare).
+
+SMALL_CATALOGUE, LARGE_CATALOGUE = 100, 100_000
+FIXED_MEMBERS = 10
+
+
+def handled(h: GroupHarness, call: Callable[[], Any]) -> Callable[[], Any]:
+    """`call` (a handler on h's state) with its records applied to the state, as the
+    coordinator does after the commit."""
+
+    def run() -> Any:
+        result = call()
+        assert h.state is not None
+        for record in result.records:
+            replay.apply(h.state, record)
+        return result
+
+    return run
+
+
+def assigning(group: Group) -> Group:
+    """The group with a new connector: its group epoch is ahead of the target (ASSIGNING)."""
+    group.harness.put_connector("extra", 1)
+    assert group.harness.status().value == "ASSIGNING"
+    return group
+
+
+def reconciling(group: Group, targets: dict[str, ResourceSet] | None = None) -> Group:
+    """The group after a target that moves one task from the first member to the second: every
+    member is now behind the target epoch (RECONCILING)."""
+    h = group.harness
+    h.put_connector("extra", 0)
+    targets = round_robin(group) if targets is None else targets
+    first, second = group.ids[0], group.ids[1]
+    moved = ResourceSet.of([], [min(targets[first].tasks)])
+    targets[first] -= moved
+    targets[second] |= moved
+    assert h.state is not None and h.state.meta.assignor_member_id is not None
+    assignor = h.state.meta.assignor_member_id
+    h.heartbeat(assignor, h.member(assignor).member_epoch)
+    h.compute(assignor, targets, delay_ms=60_000)
+    assert h.status().value == "RECONCILING"
+    return group
+
+
+def member_heartbeat(group: Group, with_owned: bool) -> Callable[[], Any]:
+    """A heartbeat of a member the new target does not change (the agent sends the owned list
+    only when it changed; `with_owned` sends it anyway)."""
+    h = group.harness
+    member = h.member(group.ids[5])
+    req = HeartbeatRequest(
+        "connect-cluster",
+        member.member_id,
+        member.member_epoch,
+        owned=member.assigned if with_owned else None,
+    )
+    return handled(h, lambda: heartbeat(h.state, req, h.now_ms, DEFAULTS))
+
+
+def revoking_heartbeat(group: Group) -> Callable[[], Any]:
+    """The heartbeat of the member that must give a task up (told to revoke)."""
+    h = group.harness
+    member = h.member(group.ids[0])
+    req = HeartbeatRequest("connect-cluster", member.member_id, member.member_epoch)
+    return handled(h, lambda: heartbeat(h.state, req, h.now_ms, DEFAULTS))
+
+
+@pytest.mark.parametrize("with_owned", [False, True])
+def test_a_heartbeat_in_an_assigning_group_does_not_grow_with_the_group(with_owned: bool) -> None:
+    counts = [
+        count_calls(member_heartbeat(assigning(stable_group(size)), with_owned))
+        for size in (SMALL, LARGE)
+    ]
+    assert_growth(counts, CONSTANT)
+
+
+@pytest.mark.parametrize("with_owned", [False, True])
+def test_a_heartbeat_in_a_reconciling_group_does_not_grow_with_the_group(
+    with_owned: bool,
+) -> None:
+    counts = [
+        count_calls(member_heartbeat(reconciling(stable_group(size)), with_owned))
+        for size in (SMALL, LARGE)
+    ]
+    assert_growth(counts, CONSTANT)
+
+
+def test_a_revoking_heartbeat_does_not_grow_with_the_group() -> None:
+    counts = [
+        count_calls(revoking_heartbeat(reconciling(stable_group(size)))) for size in (SMALL, LARGE)
+    ]
+    assert_growth(counts, CONSTANT)
+
+
+@pytest.mark.parametrize("status", ["STABLE", "RECONCILING"])
+def test_the_group_status_does_not_grow_with_the_group(status: str) -> None:
+    """A metrics scrape asks every group its status (a settled group is the worst case for a
+    scan: every member is looked at)."""
+    groups = [stable_group(size) for size in (SMALL, LARGE)]
+    if status == "RECONCILING":
+        groups = [reconciling(g) for g in groups]
+    states = [g.harness.state for g in groups]
+    assert all(s is not None and s.status().value == status for s in states)
+    counts = [count_calls(s.status) for s in states if s is not None]
+    assert_growth(counts, CONSTANT)
+
+
+def catalogue_group(tasks: int) -> Group:
+    """FIXED_MEMBERS members, each with TASKS_PER_MEMBER tasks of connector `assigned`, in a
+    catalogue of `tasks` tasks: the rest (connector `rest`) is left unassigned by installs that
+    declare a delay (DESIGN 3.6), so the members' shares do not grow with the catalogue."""
+    h = GroupHarness()
+    shared = FIXED_MEMBERS * TASKS_PER_MEMBER
+    h.put_connector("assigned", shared)
+    h.put_connector("rest", tasks - shared)
+    group = Group(h, FIXED_MEMBERS)
+    for member_id in group.ids:
+        h.join(member_id)
+    assert h.state is not None and h.state.meta.assignor_member_id is not None
+    assignor = h.state.meta.assignor_member_id
+    h.heartbeat(assignor, h.member(assignor).member_epoch)
+    h.compute(assignor, shares(group), delay_ms=60_000)
+    for member_id in group.ids:
+        h.ack(member_id)
+    for member_id in group.ids:
+        h.ack(member_id)
+    assert h.status().value == "STABLE"
+    return group
+
+
+def shares(group: Group) -> dict[str, ResourceSet]:
+    return {
+        m: ResourceSet.of(
+            [], [TaskId("assigned", i * TASKS_PER_MEMBER + k) for k in range(TASKS_PER_MEMBER)]
+        )
+        for i, m in enumerate(group.ids)
+    }
+
+
+def catalogue_calls(make: Callable[[Group], Callable[[], Any]]) -> list[int]:
+    return [count_calls(make(catalogue_group(size))) for size in (SMALL_CATALOGUE, LARGE_CATALOGUE)]
+
+
+def assert_flat_in_catalogue(counts: list[int]) -> None:
+    small, large = counts
+    assert large <= CONSTANT * small, (
+        f"{small} calls at {SMALL_CATALOGUE} catalogue tasks, {large} at {LARGE_CATALOGUE}: "
+        f"x{large / small:.2f} (allowed x{CONSTANT})"
+    )
+
+
+@pytest.mark.parametrize("with_owned", [False, True])
+def test_a_heartbeat_in_an_assigning_group_does_not_grow_with_the_catalogue(
+    with_owned: bool,
+) -> None:
+    assert_flat_in_catalogue(catalogue_calls(lambda g: member_heartbeat(assigning(g), with_owned)))
+
+
+@pytest.mark.parametrize("with_owned", [False, True])
+def test_a_heartbeat_in_a_reconciling_group_does_not_grow_with_the_catalogue(
+    with_owned: bool,
+) -> None:
+    assert_flat_in_catalogue(
+        catalogue_calls(lambda g: member_heartbeat(reconciling(g, shares(g)), with_owned))
+    )
+
+
+def test_a_revoking_heartbeat_does_not_grow_with_the_catalogue() -> None:
+    assert_flat_in_catalogue(
+        catalogue_calls(lambda g: revoking_heartbeat(reconciling(g, shares(g))))
+    )
+
+
+def put(group: Group, name: str, task_count: int) -> Callable[[], Any]:
+    h = group.harness
+    req = PutConnectorRequest(h.group_id, name, task_count, {}, "test")
+    return handled(h, lambda: put_connector(h.state, req, h.now_ms, DEFAULTS))
+
+
+def test_a_put_connector_does_not_grow_with_the_catalogue() -> None:
+    """After a Prepare built the catalogue's resources (the cache a put used to drop)."""
+
+    def make(group: Group) -> Callable[[], Any]:
+        assert group.harness.state is not None
+        group.harness.state.catalogue_resources()
+        return put(group, "new", 100)
+
+    assert_flat_in_catalogue(catalogue_calls(make))
+
+
+def test_a_put_connector_does_not_grow_with_its_own_task_count() -> None:
+    """A connector's tasks stay a count until a Prepare needs them."""
+    group = catalogue_group(SMALL_CATALOGUE)
+    counts = [count_calls(put(group, f"new-{n}", n)) for n in (100, 100_000)]
+    assert counts[1] <= CONSTANT * counts[0], counts
+
+
+def test_the_next_prepare_after_a_put_builds_only_the_connectors_changed() -> None:
+    """The catalogue's resources after a put are the last ones built plus the put connector's
+    tasks (O(its tasks)), and equal to a build from nothing."""
+
+    def make(group: Group) -> Callable[[], Any]:
+        state = group.harness.state
+        assert state is not None
+        state.catalogue_resources()
+        put(group, "new", 100)()
+        return state.catalogue_resources
+
+    groups = [catalogue_group(size) for size in (SMALL_CATALOGUE, LARGE_CATALOGUE)]
+    counts = [count_calls(make(g)) for g in groups]
+    # One ResourceSet of the whole catalogue is built either way (its size counted); the
+    # Python work beside it is the new connector's 100 tasks, not the catalogue's.
+    assert counts[1] - LARGE_CATALOGUE - 100 <= CONSTANT * (counts[0] - SMALL_CATALOGUE - 100)
+    for g in groups:
+        state = g.harness.state
+        assert state is not None
+        assert state.catalogue_resources() == catalogue_resources(state.catalogue.values())
+
+
+def test_the_catalogue_resources_follow_puts_resizes_and_deletes() -> None:
+    group = catalogue_group(SMALL_CATALOGUE)
+    h = group.harness
+    state = h.state
+    assert state is not None
+    state.catalogue_resources()
+    h.put_connector("grown", 3)
+    h.put_connector("grown", 7)
+    h.put_connector("rest", 10)  # shrunk
+    h.put_connector("gone", 4)
+    h.delete_connector("gone")
+    h.put_connector("assigned", FIXED_MEMBERS * TASKS_PER_MEMBER, {"k": "v"})  # config only
+    assert state.catalogue_resources() == catalogue_resources(state.catalogue.values())
+    h.delete_connector("grown")
+    assert state.catalogue_resources() == catalogue_resources(state.catalogue.values())
