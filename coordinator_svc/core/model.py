@@ -493,6 +493,16 @@ class GroupState:
         else:
             self.unsettled.add(member.member_id)
 
+    def put_member_epoch(self, member: Member) -> None:
+        """Replace a member whose epoch alone changed (an install's epoch-only move, DESIGN
+        3.21, or its undo): what it owns, its instance id and its assignors are as they were,
+        so only its settledness is looked at again. O(1) but for comparing its share."""
+        self.members[member.member_id] = member
+        if self.settled(member):
+            self.unsettled.discard(member.member_id)
+        else:
+            self.unsettled.add(member.member_id)
+
     def remove_member(self, member_id: str) -> None:
         old = self.members.pop(member_id, None)
         if old is not None:

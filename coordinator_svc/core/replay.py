@@ -103,7 +103,7 @@ def _restore_member(member_id: str, old: Member | None) -> Step:
 def _restore_moved(old: list[Member]) -> Step:
     def restore(s: GroupState) -> None:
         for member in old:  # only their epochs changed: the indexes never saw the move
-            s.members[member.member_id] = member
+            s.put_member_epoch(member)
 
     return restore
 
@@ -221,7 +221,7 @@ class _Apply:
                 raise IllegalStateError(
                     f"epoch of member {member_id} would go down: {member.member_epoch} -> {epoch}"
                 )
-            state.members[member_id] = replace(member, member_epoch=epoch)
+            state.put_member_epoch(replace(member, member_epoch=epoch))
 
     def member_removed(self, record: MemberRemovedRecord) -> None:
         self.state.remove_member(record.member_id)

@@ -161,3 +161,16 @@ def test_stable_since_moves_with_what_the_member_is_told_not_with_its_epoch() ->
     assert (w2.member_epoch, w2.stable_since_epoch) == (8, 8)
     assert w2.assigned == W2_SHARE | rs("Z")
     assert h.dump() == h.rebuilt()
+
+
+def test_a_group_whose_install_moved_every_member_is_stable_at_once() -> None:
+    """The moved members are settled at the install (GroupState.status keeps its set of
+    unsettled members in step with the move), as a group loaded from the records says too."""
+    from coordinator_svc.core import replay
+
+    h = stable_group()
+    h.join("w3")
+    h.compute("w1", {"w1": W1_SHARE, "w2": W2_SHARE, "w3": rs()})
+    assert h.state is not None
+    assert h.status() is GroupStatus.STABLE
+    assert replay.new_state(h.log).status() is GroupStatus.STABLE
