@@ -90,15 +90,13 @@ def _defaults_problem(args: argparse.Namespace) -> str | None:
     """Why the server's default group configurations are unusable, or None: each within its
     row's bounds, and together within the rules between keys (a member must be able to
     heartbeat before its session expires; AlterGroupConfigs holds groups to the same rules)."""
-    values = {row.name: str(getattr(args, row.field)) for row in GROUP_CONFIGS}
-    problem = cross_key_problem(values, lambda row, value: f"{row.flag} ({value}, {row.env})")
-    if problem is not None:
-        return f"{problem}; lower the one or raise the other"
     for row in GROUP_CONFIGS:
         problem = row.flag_problem(getattr(args, row.field))
         if problem is not None:
             return problem
-    return None
+    values = {row.name: str(getattr(args, row.field)) for row in GROUP_CONFIGS}
+    problem = cross_key_problem(values, lambda row, value: f"{row.flag} ({value}, {row.env})")
+    return None if problem is None else f"{problem}; lower the one or raise the other"
 
 
 def _add_group_configs(p: argparse.ArgumentParser) -> None:
