@@ -93,3 +93,13 @@ def test_serve_refuses_a_bad_default_principal_list() -> None:
     problem = _defaults_problem(args)
     assert problem is not None
     assert problem.startswith("--assignor-principals (ASSIGNOR_PRINCIPALS): assignor.principals")
+
+
+def test_the_readmes_configuration_table_lists_every_row() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for row in GROUP_CONFIGS:
+        line = next((ln for ln in readme.splitlines() if ln.startswith(f"| `{row.name}` |")), "")
+        assert f"`{row.flag}` (`{row.env}`)" in line, row.name
+        assert f"| {row.default} |" in line or row.default == "", row.name
