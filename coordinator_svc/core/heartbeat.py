@@ -554,7 +554,7 @@ class _Heartbeat:
         if meta.compute_requested_epoch is None:
             due_at = next_compute_request_ms(meta, change.config(ASSIGNMENT_INTERVAL))
             if due_at is not None and self.now_ms < due_at:
-                return ErrorCode.NONE, ""  # the assignor member's heartbeat after it asks
+                return ErrorCode.NONE, ""  # its first heartbeat from `due_at` on asks
         allowed = change.assignor_principals()
         if allowed is not None and member.principal not in allowed:
             # Chosen before the server's default assignor.principals changed: pass the role on.

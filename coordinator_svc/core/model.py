@@ -507,14 +507,8 @@ def next_compute_request_ms(meta: GroupMeta, interval_ms: int) -> int | None:
     """When a new target computation may next be requested (DESIGN 3.21): the last request
     plus `assignment.interval.ms`, and after a failed assignment not before its backoff
     (DESIGN 3.10); None: at once (never requested, nothing to wait for)."""
-    due = [
-        at
-        for at in (
-            None
-            if meta.compute_requested_at_ms is None
-            else meta.compute_requested_at_ms + interval_ms,
-            meta.compute_not_before_ms,
-        )
-        if at is not None
-    ]
-    return max(due) if due else None
+    due = meta.compute_not_before_ms
+    if meta.compute_requested_at_ms is not None:
+        after_last = meta.compute_requested_at_ms + interval_ms
+        due = after_last if due is None else max(due, after_last)
+    return due

@@ -185,3 +185,22 @@ def test_the_interval_is_refused_outside_its_bounds(value: str, rule: str) -> No
     assert answer.error_message == rule
     for value in ("0", "3600000"):
         assert h.alter_configs({ASSIGNMENT_INTERVAL_MS: value}).error_code == NONE
+
+
+def test_a_scheduled_rebalance_below_the_interval_is_paced_by_it() -> None:
+    """A wave pause (or any scheduled rebalance) shorter than the interval: the timer still
+    fires and bumps the epoch at once; the computation it needs waits for the interval."""
+    h = one_member_group()
+    h.sleep(INTERVAL)  # t=1010
+    h.put_connector("B", 1)
+    assert h.keepalive("w1").error_code == COMPUTE  # requested at t=1010
+    h.compute("w1", {"w1": rs("A", "A-0", "B", "B-0")}, delay_ms=200, next_wave_delay_ms=200)
+    h.ack("w1")
+    h.sleep(200)  # t=1210: the wave's scheduled rebalance fires
+    assert h.logged_events(EventType.SCHEDULED_REBALANCE_FIRED)
+    assert h.group_epoch == h.assignment_epoch + 1
+    assert h.keepalive("w1").error_code == NONE
+    h.sleep(2_009 - h.now_ms)
+    assert h.keepalive("w1").error_code == NONE
+    h.sleep(1)  # t=2010: the interval since the request at t=1010
+    assert h.keepalive("w1").error_code == COMPUTE
