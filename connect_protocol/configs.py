@@ -70,6 +70,7 @@ class IntConfig(_Key):
     #: Whether a PrepareAssignment answer carries it to the assignor.
     to_assignor: bool = True
 
+    #: The type, as documentation names it.
     type_name = "int32"
 
     def parse(self, raw: str) -> int:
@@ -97,10 +98,6 @@ class IntConfig(_Key):
             return f"{self.flag} must be between {self.minimum} and {self.maximum}"
         return None
 
-    def bounds(self) -> str:
-        """The bounds, for documentation: "1 .. 2147483647"."""
-        return f"{self.minimum} .. {self.maximum}"
-
 
 #: A new entry of an `assignor.principals` list starts at a comma followed by "User:", so that a
 #: principal named by a certificate subject keeps its own commas ("User:CN=a,O=b,User:CN=c").
@@ -127,6 +124,7 @@ class PrincipalListConfig(_Key):
     doc: str
     to_assignor: bool = False
 
+    #: The type, as documentation names it.
     type_name = "principal list"
 
     def parse(self, raw: str) -> tuple[str, ...]:
@@ -167,9 +165,6 @@ class PrincipalListConfig(_Key):
     def flag_problem(self, value: str) -> str | None:
         problem = self.problem(value)
         return None if problem is None else f"{self.flag} ({self.env}): {problem}"
-
-    def bounds(self) -> str:
-        return f"at most {MAX_ASSIGNOR_PRINCIPALS} principals"
 
 
 GroupConfig = IntConfig | PrincipalListConfig
@@ -359,12 +354,6 @@ def int_config(key: str) -> IntConfig:
     if not isinstance(row, IntConfig):
         raise KeyError(f"{key} is not an integer configuration")
     return row
-
-
-def minimum_value(key: str) -> int:
-    """The smallest value the integer configuration `key` may take."""
-    row = BY_NAME[key]
-    return row.minimum if isinstance(row, IntConfig) else 0
 
 
 #: What DescribeGroups shows for a config value the caller may not see.

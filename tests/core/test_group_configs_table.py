@@ -102,4 +102,5 @@ def test_the_readmes_configuration_table_lists_every_row() -> None:
     for row in GROUP_CONFIGS:
         line = next((ln for ln in readme.splitlines() if ln.startswith(f"| `{row.name}` |")), "")
         assert f"`{row.flag}` (`{row.env}`)" in line, row.name
+        assert f"| {row.type_name} |" in line, row.name
         assert f"| {row.default} |" in line or row.default == "", row.name
