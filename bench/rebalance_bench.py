@@ -91,6 +91,7 @@ for extra in (REPO, REPO / "generated"):
 import grpc  # noqa: E402
 from connect.group.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 
+from connect_protocol.configs import ASSIGNMENT_INTERVAL  # noqa: E402
 from connect_protocol.resources import ResourceSet, TaskId  # noqa: E402
 from tests.support.coordinator import CoordinatorProcess  # noqa: E402
 from worker_agent.assignors import assignors_for_protocol  # noqa: E402
@@ -610,6 +611,8 @@ class Bench:
             str(a.rebalance_timeout_ms),
             "--scheduled-rebalance-max-delay-ms",
             str(a.restart_delay_ms),
+            "--assignment-interval-ms",
+            str(a.assignment_interval_ms),
             "--log-level",
             a.coordinator_log_level,
             log_path=coordinator_log,
@@ -1131,7 +1134,8 @@ class Bench:
             "  variants: "
             + "; ".join(f"{k} = {HEAVY_VARIANTS[k].title}" for k in a.heavy_variants)
             + f"; waves: {WAVE_MAX_KEY}={a.wave_max_resources}, "
-            f"{WAVE_PAUSE_KEY}={a.wave_pause_ms}"
+            f"{WAVE_PAUSE_KEY}={a.wave_pause_ms}; {ASSIGNMENT_INTERVAL.name}="
+            f"{a.assignment_interval_ms}"
         )
         print(
             "  time not running per moved task (s), from on_revoked's call on the old worker to "
@@ -1521,6 +1525,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     heavy.add_argument(
         "--wave-pause-ms", type=int, default=200, help=f"{WAVE_PAUSE_KEY} of the waves variant"
+    )
+    parser.add_argument(
+        "--assignment-interval-ms",
+        type=int,
+        default=ASSIGNMENT_INTERVAL.default,
+        help=f"the coordinator's default {ASSIGNMENT_INTERVAL.name} (DESIGN 3.21; 0: a "
+        "computation at every epoch bump, as before batching)",
     )
     parser.add_argument(
         "--agent-log-level",

@@ -1,6 +1,14 @@
-"""Group configurations: their keys, Kafka Connect's defaults, the bounds a value must keep, and
-how a value is read. One place for both sides: the coordinator validates and applies them, the
-agent's assignors read them from the PrepareAssignment answer."""
+"""Group configurations as one typed table (issue 24, DESIGN 3.21): one row per key, with its
+type, default, bounds, documentation, and (derived from its name) the `serve` flag and
+environment variable that set the server's default. Everything else derives from the table: the
+flags, every bounds check (AlterGroupConfigs and the flags), the one rule between keys (the
+heartbeat interval below the session timeout), the defaults map and the typed reads. Kafka does
+the same: `org.apache.kafka.coordinator.group.GroupConfig` defines each group configuration once
+in a `ConfigDef` (name, type, default, validator, doc) and validates against it.
+
+Adding a group configuration: a row here (and its field in `GroupConfigDefaults`, which a test
+holds to the table), plus its use. One place for both sides: the coordinator validates and
+applies them, the agent's assignors read them from the PrepareAssignment answer."""
 
 from __future__ import annotations
 
@@ -8,60 +16,303 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-SESSION_TIMEOUT_MS = "session.timeout.ms"
-HEARTBEAT_INTERVAL_MS = "heartbeat.interval.ms"
-REBALANCE_TIMEOUT_MS = "rebalance.timeout.ms"
-SCHEDULED_REBALANCE_MAX_DELAY_MS = "scheduled.rebalance.max.delay.ms"
+#: Every integer configuration is an int32 (milliseconds, or a count).
+MAX_CONFIG_VALUE = 2**31 - 1
+#: An `assignor.principals` value lists at most this many principals ...
+MAX_ASSIGNOR_PRINCIPALS = 64
+#: ... of at most this many characters each (also the most of any principal the coordinator
+#: stores, e.g. in an ACL).
+MAX_PRINCIPAL_LENGTH = 1_024
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _Key:
+    """What every row derives from its name: the `serve` flag, its environment variable and the
+    `GroupConfigDefaults` field that hold the server's default."""
+
+    __slots__ = ()
+    name: str
+
+    @property
+    def field(self) -> str:
+        """`session.timeout.ms` -> `session_timeout_ms` (also argparse's dest of the flag)."""
+        return self.name.replace(".", "_")
+
+    @property
+    def flag(self) -> str:
+        """`session.timeout.ms` -> `--session-timeout-ms`."""
+        return "--" + self.name.replace(".", "-")
+
+    @property
+    def env(self) -> str:
+        """`session.timeout.ms` -> `SESSION_TIMEOUT_MS`."""
+        return self.name.replace(".", "_").upper()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntConfig(_Key):
+    """An integer configuration in [minimum, maximum], written as plain decimal digits (what
+    clients in any language parse back from DescribeGroups)."""
+
+    name: str
+    default: int
+    minimum: int
+    maximum: int = MAX_CONFIG_VALUE
+    #: What the number counts, for messages ("an integer number of milliseconds").
+    unit: str = "milliseconds"
+    doc: str
+    #: Whether a PrepareAssignment answer carries it to the assignor.
+    to_assignor: bool = True
+
+    #: The type, as documentation names it.
+    type_name = "int32"
+
+    def parse(self, raw: str) -> int:
+        """The value of `raw`; ValueError if it is not an integer."""
+        return int(raw)
+
+    def problem(self, raw: str) -> str | None:
+        """Why `raw` cannot be this configuration's value (AlterGroupConfigs), or None."""
+        if re.fullmatch(r"-?[0-9]+", raw) is None:
+            return f"{self.name} must be an integer number of {self.unit}, got {raw!r}."
+        return self.value_problem(int(raw))
+
+    def value_problem(self, value: int) -> str | None:
+        if value < self.minimum:
+            return f"{self.name} must be >= {self.minimum}, got {value}."
+        if value > self.maximum:
+            if self.maximum == MAX_CONFIG_VALUE:
+                return f"{self.name} must fit an int32, got {value}."
+            return f"{self.name} must be <= {self.maximum}, got {value}."
+        return None
+
+    def flag_problem(self, value: int) -> str | None:
+        """Why `value` cannot be the server's default (the `serve` flag), or None."""
+        if not self.minimum <= value <= self.maximum:
+            return f"{self.flag} must be between {self.minimum} and {self.maximum}"
+        return None
+
+
+#: A new entry of an `assignor.principals` list starts at a comma followed by "User:", so that a
+#: principal named by a certificate subject keeps its own commas ("User:CN=a,O=b,User:CN=c").
+_PRINCIPAL_SEPARATOR = re.compile(r"\s*,\s*(?=User:)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A principal as the coordinator names callers (`principals.PrincipalMapper`): "User:" and a
+#: name that neither starts nor ends with a space or a comma.
+_PRINCIPAL = re.compile(r"User:[^\s,](?:.*[^\s,])?", re.DOTALL)
+
+
+def principal_list(value: str) -> tuple[str, ...]:
+    """The principals of an `assignor.principals` value (empty: any principal)."""
+    value = value.strip()
+    return () if not value else tuple(_PRINCIPAL_SEPARATOR.split(value))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrincipalListConfig(_Key):
+    """A list of principals, comma-separated ("User:alice,User:CN=bob,O=example"); a new
+    entry starts at ",User:", so a subject's own commas stay in its principal. Empty: any."""
+
+    name: str
+    default: str = ""
+    doc: str
+    to_assignor: bool = False
+
+    #: The type, as documentation names it.
+    type_name = "principal list"
+
+    def parse(self, raw: str) -> tuple[str, ...]:
+        return principal_list(raw)
+
+    def problem(self, raw: str) -> str | None:
+        """Empty, or up to MAX_ASSIGNOR_PRINCIPALS distinct principals of at most
+        MAX_PRINCIPAL_LENGTH characters each."""
+        what = self.name
+        if len(raw) > MAX_ASSIGNOR_PRINCIPALS * (MAX_PRINCIPAL_LENGTH + 2):
+            return (
+                f"{what} must list at most {MAX_ASSIGNOR_PRINCIPALS} principals of at most "
+                f"{MAX_PRINCIPAL_LENGTH} characters each."
+            )
+        if _CONTROL.search(raw) is not None:
+            return f"{what} must not contain control characters."
+        principals = principal_list(raw)
+        if len(principals) > MAX_ASSIGNOR_PRINCIPALS:
+            return (
+                f"{what} must list at most {MAX_ASSIGNOR_PRINCIPALS} principals, "
+                f"got {len(principals)}."
+            )
+        for principal in principals:
+            if len(principal) > MAX_PRINCIPAL_LENGTH:
+                return (
+                    f"each principal of {what} must be at most {MAX_PRINCIPAL_LENGTH} characters."
+                )
+            if _PRINCIPAL.fullmatch(principal) is None:
+                return (
+                    f"{what} must be comma-separated principals as the coordinator names "
+                    "callers, 'User:<name>' (for example 'User:CN=worker,O=example'), got "
+                    f"{principal!r}."
+                )
+        if len(set(principals)) != len(principals):
+            return f"{what} lists a principal more than once."
+        return None
+
+    def flag_problem(self, value: str) -> str | None:
+        problem = self.problem(value)
+        return None if problem is None else f"{self.flag} ({self.env}): {problem}"
+
+
+GroupConfig = IntConfig | PrincipalListConfig
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+SESSION_TIMEOUT = IntConfig(
+    name="session.timeout.ms",
+    default=10_000,
+    minimum=1,
+    doc="a member silent for longer is removed and its work released",
+)
+HEARTBEAT_INTERVAL = IntConfig(
+    name="heartbeat.interval.ms",
+    default=3_000,
+    minimum=1,
+    doc="how often members heartbeat; below session.timeout.ms",
+)
+REBALANCE_TIMEOUT = IntConfig(
+    name="rebalance.timeout.ms",
+    default=60_000,
+    minimum=1,
+    doc="how long a member may take to give work up, or the assignor member to install",
+)
+SCHEDULED_REBALANCE_MAX_DELAY = IntConfig(
+    name="scheduled.rebalance.max.delay.ms",
+    default=300_000,
+    minimum=0,
+    doc="longest the work of a departed member is held back for its return (0: none)",
+)
 #: Paced rebalancing (seed 002 Design III, DESIGN 3.18): at most this many resources in motion
 #: for balancing at once (0: no limit, everything balance needs moves in one target) ...
-REBALANCE_WAVE_MAX_RESOURCES = "rebalance.wave.max.resources"
+REBALANCE_WAVE_MAX = IntConfig(
+    name="rebalance.wave.max.resources",
+    default=0,
+    minimum=0,
+    unit="resources",
+    doc="at most this many running resources in motion for balancing at once, paced in waves "
+    "(0: no limit, everything moves in one target)",
+)
 #: ... and the pause between waves, from the delivery of the previous wave's last resource.
-REBALANCE_WAVE_PAUSE_MS = "rebalance.wave.pause.ms"
-
+REBALANCE_WAVE_PAUSE = IntConfig(
+    name="rebalance.wave.pause.ms",
+    default=0,
+    minimum=0,
+    doc="the pause between waves, from the delivery of the previous wave's last resource",
+)
 #: Who may compute (DESIGN 3.4): the principals whose members may be chosen as the assignor
-#: member, comma-separated ("User:alice,User:CN=bob,O=example"); empty: any principal. The one
-#: configuration that is not an integer; the coordinator reads it, assignors are not sent it.
-ASSIGNOR_PRINCIPALS = "assignor.principals"
-
-#: The configurations whose values are int32 numbers (milliseconds, or a count) ...
-INT_CONFIG_KEYS = (
-    SESSION_TIMEOUT_MS,
-    HEARTBEAT_INTERVAL_MS,
-    REBALANCE_TIMEOUT_MS,
-    SCHEDULED_REBALANCE_MAX_DELAY_MS,
-    REBALANCE_WAVE_MAX_RESOURCES,
-    REBALANCE_WAVE_PAUSE_MS,
+#: member; empty: any principal. The coordinator reads it, assignors are not sent it.
+ASSIGNOR_PRINCIPAL_LIST = PrincipalListConfig(
+    name="assignor.principals",
+    doc="principals whose members may compute assignments (e.g. "
+    "'User:CN=connect-admin,O=example'); empty: any member",
 )
-#: ... and every configuration.
-CONFIG_KEYS = (*INT_CONFIG_KEYS, ASSIGNOR_PRINCIPALS)
-#: What a PrepareAssignment answer carries to the assignor: only what an assignor reads.
-ASSIGNOR_CONFIG_KEYS = INT_CONFIG_KEYS
-
-DEFAULT_SESSION_TIMEOUT_MS = 10_000
-DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
-DEFAULT_REBALANCE_TIMEOUT_MS = 60_000
-DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS = 300_000
-DEFAULT_REBALANCE_WAVE_MAX_RESOURCES = 0
-DEFAULT_REBALANCE_WAVE_PAUSE_MS = 0
-
-#: Every value of INT_CONFIG_KEYS is an int32 (milliseconds, or a count); only the delay and the
-#: wave settings may be 0 (no delay, no limit, no pause).
-MAX_CONFIG_VALUE = 2**31 - 1
-_MAY_BE_ZERO = frozenset(
-    (SCHEDULED_REBALANCE_MAX_DELAY_MS, REBALANCE_WAVE_MAX_RESOURCES, REBALANCE_WAVE_PAUSE_MS)
+#: Assignment batching (DESIGN 3.21, Kafka's KIP-1263 `consumer.assignment.interval.ms`): a new
+#: target computation is requested at most once per interval; epoch bumps meanwhile are folded
+#: into the next request.
+ASSIGNMENT_INTERVAL = IntConfig(
+    name="assignment.interval.ms",
+    default=1_000,
+    minimum=0,
+    maximum=3_600_000,
+    doc="a new target computation is requested at most once per this interval; epoch bumps "
+    "meanwhile are folded into it (0: at once)",
 )
 
+#: Every group configuration, in the order `serve --help` and DescribeGroups show them.
+GROUP_CONFIGS: tuple[GroupConfig, ...] = (
+    SESSION_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    REBALANCE_TIMEOUT,
+    SCHEDULED_REBALANCE_MAX_DELAY,
+    REBALANCE_WAVE_MAX,
+    REBALANCE_WAVE_PAUSE,
+    ASSIGNMENT_INTERVAL,
+    ASSIGNOR_PRINCIPAL_LIST,
+)
+BY_NAME: Mapping[str, GroupConfig] = {row.name: row for row in GROUP_CONFIGS}
 
-def minimum_value(key: str) -> int:
-    """The smallest value `key` may take."""
-    return 0 if key in _MAY_BE_ZERO else 1
+
+# --- the one rule between keys ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SmallerThan:
+    """`smaller` must stay below `larger`."""
+
+    smaller: IntConfig
+    larger: IntConfig
+
+    def problem(
+        self, values: Mapping[str, str], shown: Callable[[IntConfig, str], str] | None
+    ) -> str | None:
+        """Why `values` break the rule, or None (also when one of the keys is absent). Each key
+        is named by `shown(row, value)`, or by its name alone when None."""
+        small, large = values.get(self.smaller.name), values.get(self.larger.name)
+        if small is None or large is None or int(small) < int(large):
+            return None
+
+        def name(row: IntConfig, value: str) -> str:
+            return row.name if shown is None else shown(row, value)
+
+        return f"{name(self.smaller, small)} must be smaller than {name(self.larger, large)}"
+
+
+#: Rules between keys: a member must be able to heartbeat before its session expires.
+CROSS_KEY_RULES = (SmallerThan(HEARTBEAT_INTERVAL, SESSION_TIMEOUT),)
+
+
+def cross_key_problem(
+    values: Mapping[str, str], shown: Callable[[IntConfig, str], str] | None = None
+) -> str | None:
+    """Why `values` (each already valid on its own) break a rule between keys, or None; a rule
+    whose keys are not all in `values` is not checked."""
+    for rule in CROSS_KEY_RULES:
+        problem = rule.problem(values, shown)
+        if problem is not None:
+            return problem
+    return None
+
+
+# --- typed reads ---------------------------------------------------------------------------------
+
+
+class Readable(Protocol[T_co]):
+    @property
+    def name(self) -> str: ...
+
+    def parse(self, raw: str) -> T_co: ...
+
+
+def read(row: Readable[T], configs: Mapping[str, str], default_raw: str) -> T:
+    """The value of `row` in `configs`, else `default_raw` (the server's default, as text);
+    a value that does not parse (the coordinator refuses such values; a client reading an
+    answer stays tolerant) reads as the default."""
+    raw = configs.get(row.name)
+    if raw is not None:
+        try:
+            return row.parse(raw)
+        except ValueError:
+            pass
+    return row.parse(default_raw)
 
 
 def config_int(configs: Mapping[str, str], key: str, default: int) -> int:
-    """A configuration's value as an integer (milliseconds): `default` when absent or not an
-    integer (the coordinator refuses such values; a client reading an answer stays tolerant)."""
+    """A configuration's value as an integer: `default` when absent or not an integer (for
+    clients, such as the agent's assignors, that read the PrepareAssignment answer)."""
     raw = configs.get(key)
     if raw is None:
         return default
@@ -71,15 +322,38 @@ def config_int(configs: Mapping[str, str], key: str, default: int) -> int:
         return default
 
 
-#: A new entry of an `assignor.principals` list starts at a comma followed by "User:", so that a
-#: principal named by a certificate subject keeps its own commas ("User:CN=a,O=b,User:CN=c").
-_PRINCIPAL_SEPARATOR = re.compile(r"\s*,\s*(?=User:)")
+# --- names kept for the code that imports them ---------------------------------------------------
+
+SESSION_TIMEOUT_MS = SESSION_TIMEOUT.name
+HEARTBEAT_INTERVAL_MS = HEARTBEAT_INTERVAL.name
+REBALANCE_TIMEOUT_MS = REBALANCE_TIMEOUT.name
+SCHEDULED_REBALANCE_MAX_DELAY_MS = SCHEDULED_REBALANCE_MAX_DELAY.name
+REBALANCE_WAVE_MAX_RESOURCES = REBALANCE_WAVE_MAX.name
+REBALANCE_WAVE_PAUSE_MS = REBALANCE_WAVE_PAUSE.name
+ASSIGNOR_PRINCIPALS = ASSIGNOR_PRINCIPAL_LIST.name
+ASSIGNMENT_INTERVAL_MS = ASSIGNMENT_INTERVAL.name
+
+DEFAULT_SESSION_TIMEOUT_MS = SESSION_TIMEOUT.default
+DEFAULT_HEARTBEAT_INTERVAL_MS = HEARTBEAT_INTERVAL.default
+DEFAULT_REBALANCE_TIMEOUT_MS = REBALANCE_TIMEOUT.default
+DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS = SCHEDULED_REBALANCE_MAX_DELAY.default
+DEFAULT_REBALANCE_WAVE_MAX_RESOURCES = REBALANCE_WAVE_MAX.default
+DEFAULT_REBALANCE_WAVE_PAUSE_MS = REBALANCE_WAVE_PAUSE.default
+
+#: The configurations whose values are int32 numbers (milliseconds, or a count) ...
+INT_CONFIG_KEYS = tuple(row.name for row in GROUP_CONFIGS if isinstance(row, IntConfig))
+#: ... and every configuration.
+CONFIG_KEYS = tuple(row.name for row in GROUP_CONFIGS)
+#: What a PrepareAssignment answer carries to the assignor: only what an assignor reads.
+ASSIGNOR_CONFIG_KEYS = tuple(row.name for row in GROUP_CONFIGS if row.to_assignor)
 
 
-def principal_list(value: str) -> tuple[str, ...]:
-    """The principals of an `assignor.principals` value (empty: any principal)."""
-    value = value.strip()
-    return () if not value else tuple(_PRINCIPAL_SEPARATOR.split(value))
+def int_config(key: str) -> IntConfig:
+    """The row of the integer configuration `key` (KeyError if there is none)."""
+    row = BY_NAME[key]
+    if not isinstance(row, IntConfig):
+        raise KeyError(f"{key} is not an integer configuration")
+    return row
 
 
 #: What DescribeGroups shows for a config value the caller may not see.

@@ -11,9 +11,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from connect_protocol.configs import MAX_CONFIG_VALUE
+from connect_protocol.configs import GROUP_CONFIGS, IntConfig, cross_key_problem
 from connect_protocol.env import env_default
-from connect_protocol.errors import CoordinatorError
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_GRPC_MESSAGE_BYTES
 from connect_protocol.safe_text import mask_urls_in, printable
 from connect_protocol.tls import (
@@ -34,7 +33,7 @@ from .admin_client import (
 )
 from .core.model import GroupConfigDefaults
 from .core.principals import MappingRulesError, PrincipalSource, parse_mapping_rules
-from .core.validation import MAX_NAME_LENGTH, MAX_URL_LENGTH, check_assignor_principals
+from .core.validation import MAX_NAME_LENGTH, MAX_URL_LENGTH
 from .grpc_api.connection_age import (
     DEFAULT_MAX_CONNECTION_AGE_GRACE_MS,
     DEFAULT_MAX_CONNECTION_AGE_MS,
@@ -88,34 +87,28 @@ def _message_bytes_problem(args: argparse.Namespace) -> str | None:
 
 
 def _defaults_problem(args: argparse.Namespace) -> str | None:
-    """Why the server's default group configurations cannot work together, or None: a member
-    must be able to heartbeat before its session expires (AlterGroupConfigs holds groups to the
-    same rule)."""
-    if args.heartbeat_interval_ms >= args.session_timeout_ms:
-        return (
-            f"--heartbeat-interval-ms ({args.heartbeat_interval_ms}, HEARTBEAT_INTERVAL_MS) must "
-            f"be smaller than --session-timeout-ms ({args.session_timeout_ms}, "
-            "SESSION_TIMEOUT_MS); lower the one or raise the other"
+    """Why the server's default group configurations are unusable, or None: each within its
+    row's bounds, and together within the rules between keys (a member must be able to
+    heartbeat before its session expires; AlterGroupConfigs holds groups to the same rules)."""
+    for row in GROUP_CONFIGS:
+        problem = row.flag_problem(getattr(args, row.field))
+        if problem is not None:
+            return problem
+    values = {row.name: str(getattr(args, row.field)) for row in GROUP_CONFIGS}
+    problem = cross_key_problem(values, lambda row, value: f"{row.flag} ({value}, {row.env})")
+    return None if problem is None else f"{problem}; lower the one or raise the other"
+
+
+def _add_group_configs(p: argparse.ArgumentParser) -> None:
+    """One flag per group configuration (`connect_protocol.configs.GROUP_CONFIGS`): the
+    server's default for groups that do not set it."""
+    for row in GROUP_CONFIGS:
+        p.add_argument(
+            row.flag,
+            type=int if isinstance(row, IntConfig) else str,
+            default=_env(row.env, row.default),
+            help=f"group default for {row.name}: {row.doc} ({row.env})",
         )
-    for flag in (
-        "session_timeout_ms",
-        "heartbeat_interval_ms",
-        "rebalance_timeout_ms",
-    ):
-        if not 0 < getattr(args, flag) <= MAX_CONFIG_VALUE:
-            return f"--{flag.replace('_', '-')} must be between 1 and {MAX_CONFIG_VALUE}"
-    for flag in (
-        "scheduled_rebalance_max_delay_ms",
-        "rebalance_wave_max_resources",
-        "rebalance_wave_pause_ms",
-    ):
-        if not 0 <= getattr(args, flag) <= MAX_CONFIG_VALUE:
-            return f"--{flag.replace('_', '-')} must be between 0 and {MAX_CONFIG_VALUE}"
-    try:
-        check_assignor_principals(args.assignor_principals)
-    except CoordinatorError as error:
-        return f"--assignor-principals (ASSIGNOR_PRINCIPALS): {error.message}"
-    return None
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -156,54 +149,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="this process's identity in leases; default: host, pid and a random "
         "suffix (COORDINATOR_NODE_ID)",
     )
+    _add_group_configs(p)
     defaults = GroupConfigDefaults()
-    p.add_argument(
-        "--session-timeout-ms",
-        type=int,
-        default=_env("SESSION_TIMEOUT_MS", defaults.session_timeout_ms),
-        help="group default session timeout (SESSION_TIMEOUT_MS)",
-    )
-    p.add_argument(
-        "--heartbeat-interval-ms",
-        type=int,
-        default=_env("HEARTBEAT_INTERVAL_MS", defaults.heartbeat_interval_ms),
-        help="group default heartbeat interval (HEARTBEAT_INTERVAL_MS)",
-    )
-    p.add_argument(
-        "--rebalance-timeout-ms",
-        type=int,
-        default=_env("REBALANCE_TIMEOUT_MS", defaults.rebalance_timeout_ms),
-        help="group default rebalance timeout (REBALANCE_TIMEOUT_MS)",
-    )
-    p.add_argument(
-        "--scheduled-rebalance-max-delay-ms",
-        type=int,
-        default=_env("SCHEDULED_REBALANCE_MAX_DELAY_MS", defaults.scheduled_rebalance_max_delay_ms),
-        help="group default for scheduled.rebalance.max.delay.ms "
-        "(SCHEDULED_REBALANCE_MAX_DELAY_MS)",
-    )
-    p.add_argument(
-        "--rebalance-wave-max-resources",
-        type=int,
-        default=_env("REBALANCE_WAVE_MAX_RESOURCES", defaults.rebalance_wave_max_resources),
-        help="group default for rebalance.wave.max.resources: at most this many running "
-        "resources in motion for balancing at once, paced in waves (0: no limit, everything "
-        "moves in one target) (REBALANCE_WAVE_MAX_RESOURCES)",
-    )
-    p.add_argument(
-        "--rebalance-wave-pause-ms",
-        type=int,
-        default=_env("REBALANCE_WAVE_PAUSE_MS", defaults.rebalance_wave_pause_ms),
-        help="group default for rebalance.wave.pause.ms: the pause between waves, from the "
-        "delivery of the previous wave's last resource (REBALANCE_WAVE_PAUSE_MS)",
-    )
-    p.add_argument(
-        "--assignor-principals",
-        default=_env("ASSIGNOR_PRINCIPALS", defaults.assignor_principals),
-        help="group default for assignor.principals: comma-separated principals whose members "
-        "may compute assignments (e.g. 'User:CN=connect-admin,O=example'); empty: any member "
-        "(ASSIGNOR_PRINCIPALS)",
-    )
     p.add_argument(
         "--assignment-error-backoff-ms",
         type=int,
@@ -221,7 +168,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--lease-ms",
         type=int,
         default=_env("LEASE_MS", 5_000),
-        help="length of a group ownership lease; renewed every third of it. Keep it well "
+        help="length of a group ownership lease; renewed every quarter of it (a failed "
+        "renewal is retried every twentieth, while the lease lasts). Keep it well "
         "under the session timeout minus two heartbeat intervals, so a standby takes a crashed "
         "owner's groups over before agents fence themselves (LEASE_MS; default 5000)",
     )

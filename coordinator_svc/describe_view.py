@@ -25,6 +25,29 @@ def _tokens(tokens: Any) -> str:
     )
 
 
+def _assignment_request(group: Any, now_ms: int) -> str:
+    """Assignment batching (DESIGN 3.21): the outstanding computation, or when the next may be
+    requested."""
+    if group.HasField("assignment_requested_epoch"):
+        return (
+            f"  computation requested at group epoch {group.assignment_requested_epoch}, "
+            "outstanding (asked on every heartbeat of the assignor member)"
+        )
+    due = (
+        group.next_assignment_request_at_ms
+        if group.HasField("next_assignment_request_at_ms")
+        else None
+    )
+    when = (
+        "now"
+        if due is None or due <= now_ms
+        else f"in {(due - now_ms) / 1000:.1f}s (coordinator time {due})"
+    )
+    if group.group_epoch > group.assignment_epoch:
+        return f"  next computation may be requested {when}"
+    return f"  target is current; a new computation may be requested {when}"
+
+
 def render_group(group: Any, now_ms: int) -> str:
     lines = [
         f"Group {_p(group.group_id)} ({_p(group.group_type)})  state {_p(group.state)}",
@@ -52,6 +75,7 @@ def render_group(group: Any, now_ms: int) -> str:
                 lines.append(f"    {what} in {(at - now_ms) / 1000:.1f}s (coordinator time {at})")
     else:
         lines.append("  no delayed rebalance pending")
+    lines.append(_assignment_request(group, now_ms))
     if group.last_assignment_error:
         lines.append(
             f"  last assignment error {_p(group.last_assignment_error)}: "

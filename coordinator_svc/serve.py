@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from connect_protocol import logs
+from connect_protocol.configs import GROUP_CONFIGS
 
 from .core.model import GroupConfigDefaults
 
@@ -47,13 +48,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     defaults = GroupConfigDefaults(
-        session_timeout_ms=args.session_timeout_ms,
-        heartbeat_interval_ms=args.heartbeat_interval_ms,
-        rebalance_timeout_ms=args.rebalance_timeout_ms,
-        scheduled_rebalance_max_delay_ms=args.scheduled_rebalance_max_delay_ms,
-        rebalance_wave_max_resources=args.rebalance_wave_max_resources,
-        rebalance_wave_pause_ms=args.rebalance_wave_pause_ms,
-        assignor_principals=args.assignor_principals,
+        **{row.field: getattr(args, row.field) for row in GROUP_CONFIGS},
         assignment_error_backoff_ms=args.assignment_error_backoff_ms,
         max_group_size=args.max_group_size,
         max_message_bytes=args.max_message_bytes,

@@ -406,6 +406,8 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "bytes assignor_state = 18",
             "optional int64 lost_work_rebalance_at_ms = 19",
             "optional int64 next_wave_at_ms = 20",
+            "optional int64 next_assignment_request_at_ms = 21",
+            "optional int32 assignment_requested_epoch = 22",
         ],
         "DescribedMember": [
             "string member_id = 1",

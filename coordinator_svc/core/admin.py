@@ -7,9 +7,9 @@ from types import MappingProxyType
 
 from connect_protocol.configs import (
     ASSIGNOR_PRINCIPALS,
-    HEARTBEAT_INTERVAL_MS,
-    SESSION_TIMEOUT_MS,
+    SESSION_TIMEOUT,
     config_digest,
+    cross_key_problem,
 )
 from connect_protocol.errors import (
     CoordinatorError,
@@ -187,16 +187,14 @@ def alter_configs(
         for key in req.unset:
             configs.pop(key, None)
         effective = {**defaults.as_map(), **configs}
-        if int(effective[HEARTBEAT_INTERVAL_MS]) >= int(effective[SESSION_TIMEOUT_MS]):
-            raise InvalidRequest(
-                f"{HEARTBEAT_INTERVAL_MS} ({effective[HEARTBEAT_INTERVAL_MS]}) must be smaller "
-                f"than {SESSION_TIMEOUT_MS} ({effective[SESSION_TIMEOUT_MS]})."
-            )
+        problem = cross_key_problem(effective, lambda row, value: f"{row.name} ({value})")
+        if problem is not None:
+            raise InvalidRequest(f"{problem}.")
     except CoordinatorError as error:
         return refused(AlterConfigsResponse, error)
     if configs != change.configs():
         told = change.fencing_session_ms()
-        if int(effective[SESSION_TIMEOUT_MS]) < told:
+        if defaults.read(SESSION_TIMEOUT, configs) < told:
             # Members were told the higher value and fence themselves by it: until every one
             # has either heard the new value or stopped, expiry and holds keep to the old one.
             change.set_meta(session_floor_ms=told, session_floor_until_ms=now_ms + told)

@@ -9,9 +9,9 @@ from types import MappingProxyType
 from connect_protocol.configs import (
     ASSIGNOR_CONFIG_KEYS,
     ASSIGNOR_PRINCIPALS,
-    HEARTBEAT_INTERVAL_MS,
-    REBALANCE_WAVE_PAUSE_MS,
-    SCHEDULED_REBALANCE_MAX_DELAY_MS,
+    HEARTBEAT_INTERVAL,
+    REBALANCE_WAVE_PAUSE,
+    SCHEDULED_REBALANCE_MAX_DELAY,
 )
 from connect_protocol.errors import (
     CoordinatorError,
@@ -406,7 +406,9 @@ def _changed(old: TargetAssignment, new: TargetAssignment) -> list[str]:
 
 def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None) -> None:
     """DESIGN 3.9: members that left since are dropped, resources deleted since are dropped,
-    members that joined since get nothing; a newer group epoch asks for a new computation."""
+    members that joined since get nothing; a newer group epoch asks for a new computation as
+    soon as `assignment.interval.ms` allows (DESIGN 3.21: the request it answers is no longer
+    outstanding, so the assignor member's next heartbeat after the interval asks)."""
     catalogue = change.catalogue_resources()
     if plan is not None:
         entries = dict(plan.entries)  # every member it names is present (`applies_to`)
@@ -420,11 +422,9 @@ def _install(change: GroupChange, req: InstallRequest, plan: InstallPlan | None)
     # A lost-work delay is capped by scheduled.rebalance.max.delay.ms; the next wave by the
     # longest of that, the wave pause and the heartbeat interval (a paced assignor waits for a
     # delivery at least a heartbeat, then a pause), so that a delay of 0 cannot make it spin.
-    max_delay = change.config_int(SCHEDULED_REBALANCE_MAX_DELAY_MS)
+    max_delay = change.config(SCHEDULED_REBALANCE_MAX_DELAY)
     max_wave_delay = max(
-        max_delay,
-        change.config_int(REBALANCE_WAVE_PAUSE_MS),
-        change.config_int(HEARTBEAT_INTERVAL_MS),
+        max_delay, change.config(REBALANCE_WAVE_PAUSE), change.config(HEARTBEAT_INTERVAL)
     )
 
     def at(delay_ms: int, cap: int) -> int | None:

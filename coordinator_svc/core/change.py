@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
-from connect_protocol.configs import config_int
+from connect_protocol.configs import Readable, int_config
 from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources, catalogue_with
 
 from .model import (
@@ -42,6 +42,8 @@ from .records import (
 from .results import SCHEDULED_REBALANCE, CancelTimer, ScheduleTimer, TimerKey, TimerOp
 from .selection import GroupProfiles, NoSelection, select_with
 from .selection_index import Profile, SelectionIndex, profile_of
+
+T = TypeVar("T")
 
 
 class GroupChange:
@@ -218,8 +220,17 @@ class GroupChange:
             return dict(self._configs)
         return {} if self.state is None else dict(self.state.configs)
 
+    def config(self, row: Readable[T]) -> T:
+        """The typed value of a group configuration as this change leaves it: the group's,
+        else the server's default (no copy of the group's configurations)."""
+        configs: Mapping[str, str] = self._configs if self._configs is not None else {}
+        if self._configs is None and self.state is not None:
+            configs = self.state.configs
+        return self.defaults.read(row, configs)
+
     def config_int(self, key: str) -> int:
-        return config_int(self.configs(), key, int(self.defaults.as_map()[key]))
+        """An integer configuration by its key (prefer `config`, typed by its row)."""
+        return self.config(int_config(key))
 
     def fencing_session_ms(self) -> int:
         """See `GroupState.fencing_session_ms`: what session expiry and holds must wait for."""

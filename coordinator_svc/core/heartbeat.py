@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from connect_protocol.configs import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from connect_protocol.configs import ASSIGNMENT_INTERVAL, HEARTBEAT_INTERVAL, SESSION_TIMEOUT
 from connect_protocol.errors import (
     CoordinatorError,
     ErrorCode,
@@ -29,7 +29,7 @@ from connect_protocol.resources import EMPTY, ResourceSet
 from connect_protocol.tokens import Resource
 
 from .change import GroupChange
-from .model import GroupConfigDefaults, GroupState, Member, MemberState
+from .model import GroupConfigDefaults, GroupState, Member, MemberState, next_compute_request_ms
 from .reconciliation import free_in, reconcile
 from .records import EventType
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
@@ -69,8 +69,8 @@ def heartbeat(
     except CoordinatorError as error:
         interval, session = defaults.heartbeat_interval_ms, defaults.session_timeout_ms
         if state is not None:
-            interval = state.config_int(HEARTBEAT_INTERVAL_MS, defaults)
-            session = state.config_int(SESSION_TIMEOUT_MS, defaults)
+            interval = state.config(HEARTBEAT_INTERVAL, defaults)
+            session = state.config(SESSION_TIMEOUT, defaults)
         return refused(
             HeartbeatResponse,
             error,
@@ -107,8 +107,8 @@ class _Heartbeat:
             error_code=error,
             error_message=message,
             member_epoch=member_epoch,
-            heartbeat_interval_ms=self.change.config_int(HEARTBEAT_INTERVAL_MS),
-            session_timeout_ms=self.change.config_int(SESSION_TIMEOUT_MS),
+            heartbeat_interval_ms=self.change.config(HEARTBEAT_INTERVAL),
+            session_timeout_ms=self.change.config(SESSION_TIMEOUT),
             assignment=assignment,
         )
 
@@ -569,6 +569,11 @@ class _Heartbeat:
         return {}
 
     def compute_signal(self, member: Member) -> tuple[ErrorCode, str]:
+        """COMPUTE_ASSIGNMENT for the assignor member while the group epoch is ahead of the
+        assignment epoch (DESIGN 3.4), paced by `assignment.interval.ms` (DESIGN 3.21): a new
+        computation is requested only when none is outstanding and the interval has passed
+        since the last request; epoch bumps meanwhile are folded into it. While one is
+        outstanding it is repeated on every heartbeat (a lost response must not stall it)."""
         change = self.change
         meta = change.meta
         if (
@@ -577,13 +582,19 @@ class _Heartbeat:
             or (meta.compute_not_before_ms is not None and self.now_ms < meta.compute_not_before_ms)
         ):
             return ErrorCode.NONE, ""
+        if meta.compute_requested_epoch is None:
+            due_at = next_compute_request_ms(meta, change.config(ASSIGNMENT_INTERVAL))
+            if due_at is not None and self.now_ms < due_at:
+                return ErrorCode.NONE, ""  # its first heartbeat from `due_at` on asks
         allowed = change.assignor_principals()
         if allowed is not None and member.principal not in allowed:
             # Chosen before the server's default assignor.principals changed: pass the role on.
             change.reselect_assignor()
             return ErrorCode.NONE, ""
         if meta.compute_requested_epoch is None:
-            change.set_meta(compute_requested_epoch=change.group_epoch)
+            change.set_meta(
+                compute_requested_epoch=change.group_epoch, compute_requested_at_ms=self.now_ms
+            )
             change.event(
                 EventType.ASSIGNMENT_REQUESTED, member.member_id, group_epoch=change.group_epoch
             )

@@ -12,23 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TypeVar
 
 from connect_protocol.configs import (
-    ASSIGNOR_PRINCIPALS,
-    DEFAULT_HEARTBEAT_INTERVAL_MS,
-    DEFAULT_REBALANCE_TIMEOUT_MS,
-    DEFAULT_REBALANCE_WAVE_MAX_RESOURCES,
-    DEFAULT_REBALANCE_WAVE_PAUSE_MS,
-    DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS,
-    DEFAULT_SESSION_TIMEOUT_MS,
-    HEARTBEAT_INTERVAL_MS,
-    REBALANCE_TIMEOUT_MS,
-    REBALANCE_WAVE_MAX_RESOURCES,
-    REBALANCE_WAVE_PAUSE_MS,
-    SCHEDULED_REBALANCE_MAX_DELAY_MS,
-    SESSION_TIMEOUT_MS,
-    config_int,
-    principal_list,
+    ASSIGNMENT_INTERVAL,
+    ASSIGNOR_PRINCIPAL_LIST,
+    GROUP_CONFIGS,
+    HEARTBEAT_INTERVAL,
+    REBALANCE_TIMEOUT,
+    REBALANCE_WAVE_MAX,
+    REBALANCE_WAVE_PAUSE,
+    SCHEDULED_REBALANCE_MAX_DELAY,
+    SESSION_TIMEOUT,
+    Readable,
+    int_config,
+    read,
 )
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
 from connect_protocol.messages import Assignor
@@ -46,17 +44,24 @@ from .errors import IllegalStateError
 from .selection_index import Profile, SelectionIndex, profile_of
 from .wire_size import config_bytes, connector_bytes
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True, slots=True)
 class GroupConfigDefaults:
-    """Server-wide defaults for the group configurations (Kafka Connect's defaults)."""
+    """Server-wide settings: the defaults of the group configurations (one field per row of
+    `connect_protocol.configs.GROUP_CONFIGS`, named by its `field`; Kafka Connect's defaults),
+    and the limits that are not group configurations."""
 
-    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
-    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
-    rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
-    scheduled_rebalance_max_delay_ms: int = DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS
-    rebalance_wave_max_resources: int = DEFAULT_REBALANCE_WAVE_MAX_RESOURCES
-    rebalance_wave_pause_ms: int = DEFAULT_REBALANCE_WAVE_PAUSE_MS
+    session_timeout_ms: int = SESSION_TIMEOUT.default
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL.default
+    rebalance_timeout_ms: int = REBALANCE_TIMEOUT.default
+    scheduled_rebalance_max_delay_ms: int = SCHEDULED_REBALANCE_MAX_DELAY.default
+    rebalance_wave_max_resources: int = REBALANCE_WAVE_MAX.default
+    rebalance_wave_pause_ms: int = REBALANCE_WAVE_PAUSE.default
+    assignment_interval_ms: int = ASSIGNMENT_INTERVAL.default
+    #: Who may compute (DESIGN 3.4): comma-separated principals, "" for any.
+    assignor_principals: str = ASSIGNOR_PRINCIPAL_LIST.default
     assignment_error_backoff_ms: int = 1_000
     max_group_size: int = 10_000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -78,19 +83,21 @@ class GroupConfigDefaults:
     #: The database's config digest key (`SqlStore.config_digest_key`, loaded at start): every
     #: connector's `config_digest` is an HMAC under it. None (pure core tests): unkeyed digests.
     config_digest_key: bytes | None = field(default=None, repr=False)
-    #: Who may compute (DESIGN 3.4): comma-separated principals, "" for any.
-    assignor_principals: str = ""
+    #: The group configurations' defaults as text, key -> value (derived; see `as_map`).
+    _texts: Mapping[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        texts = {row.name: str(getattr(self, row.field)) for row in GROUP_CONFIGS}
+        object.__setattr__(self, "_texts", MappingProxyType(texts))
 
     def as_map(self) -> dict[str, str]:
-        return {
-            ASSIGNOR_PRINCIPALS: self.assignor_principals,
-            SESSION_TIMEOUT_MS: str(self.session_timeout_ms),
-            HEARTBEAT_INTERVAL_MS: str(self.heartbeat_interval_ms),
-            REBALANCE_TIMEOUT_MS: str(self.rebalance_timeout_ms),
-            SCHEDULED_REBALANCE_MAX_DELAY_MS: str(self.scheduled_rebalance_max_delay_ms),
-            REBALANCE_WAVE_MAX_RESOURCES: str(self.rebalance_wave_max_resources),
-            REBALANCE_WAVE_PAUSE_MS: str(self.rebalance_wave_pause_ms),
-        }
+        """Every group configuration's default, as text (what DescribeGroups and
+        AlterGroupConfigs show for a key the group does not set)."""
+        return dict(self._texts)
+
+    def read(self, row: Readable[T], configs: Mapping[str, str]) -> T:
+        """The typed value of `row` in a group's `configs`, else this server's default."""
+        return read(row, configs, self._texts[row.name])
 
 
 class MemberState(StrEnum):
@@ -437,8 +444,13 @@ class GroupState:
             return GroupStatus.ASSIGNING
         return GroupStatus.RECONCILING if self.unsettled else GroupStatus.STABLE
 
+    def config(self, row: Readable[T], defaults: GroupConfigDefaults) -> T:
+        """The typed value of a group configuration: the group's, else the server's default."""
+        return defaults.read(row, self.configs)
+
     def config_int(self, key: str, defaults: GroupConfigDefaults) -> int:
-        return config_int(self.configs, key, int(defaults.as_map()[key]))
+        """An integer configuration by its key (prefer `config`, typed by its row)."""
+        return defaults.read(int_config(key), self.configs)
 
     def fencing_session_ms(self, now_ms: int, defaults: GroupConfigDefaults) -> int:
         """The session timeout the coordinator's own timers use (expiry, holds): the configured
@@ -544,7 +556,7 @@ def assignor_principals(
 ) -> frozenset[str] | None:
     """The principals whose members may be chosen as assignor member (the group's
     `assignor.principals`, else the server's default); None when any may."""
-    listed = principal_list(configs.get(ASSIGNOR_PRINCIPALS, defaults.assignor_principals))
+    listed = defaults.read(ASSIGNOR_PRINCIPAL_LIST, configs)
     return frozenset(listed) if listed else None
 
 
@@ -553,5 +565,16 @@ def fencing_session_ms(
 ) -> int:
     """The session timeout the coordinator's own timers use (expiry, holds): the configured one,
     or a higher one members may still fence themselves by after it was lowered."""
-    configured = config_int(configs, SESSION_TIMEOUT_MS, defaults.session_timeout_ms)
+    configured = defaults.read(SESSION_TIMEOUT, configs)
     return max(configured, meta.session_floor(now_ms))
+
+
+def next_compute_request_ms(meta: GroupMeta, interval_ms: int) -> int | None:
+    """When a new target computation may next be requested (DESIGN 3.21): the last request
+    plus `assignment.interval.ms`, and after a failed assignment not before its backoff
+    (DESIGN 3.10); None: at once (never requested, nothing to wait for)."""
+    due = meta.compute_not_before_ms
+    if meta.compute_requested_at_ms is not None:
+        after_last = meta.compute_requested_at_ms + interval_ms
+        due = after_last if due is None else max(due, after_last)
+    return due

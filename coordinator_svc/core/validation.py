@@ -6,18 +6,17 @@ Each check raises InvalidRequest with a message that names the broken rule.
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Iterable
 
 from connect_protocol.configs import (
-    ASSIGNOR_PRINCIPALS,
+    BY_NAME,
     CONFIG_KEYS,
-    HEARTBEAT_INTERVAL_MS,
-    MAX_CONFIG_VALUE,
-    SESSION_TIMEOUT_MS,
-    minimum_value,
-    principal_list,
+    cross_key_problem,
 )
+
+# Re-exported for their importers; defined with the group configurations.
+from connect_protocol.configs import MAX_ASSIGNOR_PRINCIPALS as MAX_ASSIGNOR_PRINCIPALS
+from connect_protocol.configs import MAX_PRINCIPAL_LENGTH as MAX_PRINCIPAL_LENGTH
 from connect_protocol.errors import InvalidRequest
 from connect_protocol.messages import (
     JOIN_EPOCH,
@@ -35,11 +34,9 @@ MAX_NAME_LENGTH = 249
 MAX_TASKS_PER_CONNECTOR = 100_000
 MAX_URL_LENGTH = 2_048
 MAX_ERROR_MESSAGE_LENGTH = 4_096
-MAX_PRINCIPAL_LENGTH = 1_024
 #: Assignors one member may list (the agent lists two; each is kept per member and compared
 #: across the group).
 MAX_CLIENT_ASSIGNORS = 64
-MAX_ASSIGNOR_PRINCIPALS = 64
 
 
 def _require(condition: bool, rule: str) -> None:
@@ -210,42 +207,10 @@ def _check_config_keys(keys: Iterable[str]) -> None:
         )
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-#: A principal as the coordinator names callers (`principals.PrincipalMapper`): "User:" and a
-#: name that neither starts nor ends with a space or a comma.
-_PRINCIPAL = re.compile(r"User:[^\s,](?:.*[^\s,])?", re.DOTALL)
-
-
-def check_assignor_principals(raw: str) -> None:
-    """An `assignor.principals` value: empty, or up to MAX_ASSIGNOR_PRINCIPALS distinct
-    principals of at most MAX_PRINCIPAL_LENGTH characters each, comma-separated (a new entry
-    starts at ",User:", so a subject's own commas stay in its principal)."""
-    what = ASSIGNOR_PRINCIPALS
-    _require(
-        len(raw) <= MAX_ASSIGNOR_PRINCIPALS * (MAX_PRINCIPAL_LENGTH + 2),
-        f"{what} must list at most {MAX_ASSIGNOR_PRINCIPALS} principals of at most "
-        f"{MAX_PRINCIPAL_LENGTH} characters each.",
-    )
-    _require(_CONTROL.search(raw) is None, f"{what} must not contain control characters.")
-    principals = principal_list(raw)
-    _require(
-        len(principals) <= MAX_ASSIGNOR_PRINCIPALS,
-        f"{what} must list at most {MAX_ASSIGNOR_PRINCIPALS} principals, got {len(principals)}.",
-    )
-    for principal in principals:
-        _require(
-            len(principal) <= MAX_PRINCIPAL_LENGTH,
-            f"each principal of {what} must be at most {MAX_PRINCIPAL_LENGTH} characters.",
-        )
-        _require(
-            _PRINCIPAL.fullmatch(principal) is not None,
-            f"{what} must be comma-separated principals as the coordinator names callers, "
-            f"'User:<name>' (for example 'User:CN=worker,O=example'), got {principal!r}.",
-        )
-    _require(len(set(principals)) == len(principals), f"{what} lists a principal more than once.")
-
-
 def validate_alter_configs(req: AlterConfigsRequest) -> None:
+    """Each key known and each value within its row's bounds (`connect_protocol.configs`), and
+    the rules between keys where the request sets all of theirs (the rules against the
+    effective configuration are checked by the handler, which knows the group's)."""
     _check_name(req.group_id, "GroupId")
     _require(
         len(req.unset) <= len(CONFIG_KEYS) and len(set(req.unset)) == len(req.unset),
@@ -255,29 +220,14 @@ def validate_alter_configs(req: AlterConfigsRequest) -> None:
     _check_config_keys(req.unset)
     _require(not set(req.set) & set(req.unset), "a configuration cannot be both set and unset.")
     for key, raw in req.set.items():
-        if key == ASSIGNOR_PRINCIPALS:
-            check_assignor_principals(raw)
-            continue
-        _require(
-            re.fullmatch(r"-?[0-9]+", raw) is not None,
-            f"{key} must be an integer number of milliseconds, got {raw!r}.",
-        )
-        try:
-            value = int(raw)
-        except ValueError as err:
-            raise InvalidRequest(
-                f"{key} must be an integer number of milliseconds, got {raw!r}."
-            ) from err
-        minimum = minimum_value(key)
-        _require(value >= minimum, f"{key} must be >= {minimum}, got {value}.")
-        _require(value <= MAX_CONFIG_VALUE, f"{key} must fit an int32, got {value}.")
-    effective_session = req.set.get(SESSION_TIMEOUT_MS)
-    effective_interval = req.set.get(HEARTBEAT_INTERVAL_MS)
-    if effective_session is not None and effective_interval is not None:
-        _require(
-            int(effective_interval) < int(effective_session),
-            f"{HEARTBEAT_INTERVAL_MS} must be smaller than {SESSION_TIMEOUT_MS}.",
-        )
+        _check_problem(BY_NAME[key].problem(raw))
+    problem = cross_key_problem(req.set)
+    _check_problem(None if problem is None else f"{problem}.")
+
+
+def _check_problem(problem: str | None) -> None:
+    if problem is not None:
+        raise InvalidRequest(problem)
 
 
 Request = (

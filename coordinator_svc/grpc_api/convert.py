@@ -8,7 +8,7 @@ from typing import Protocol, TypeVar
 
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
-from connect_protocol.configs import HIDDEN_VALUE
+from connect_protocol.configs import ASSIGNMENT_INTERVAL, HIDDEN_VALUE
 from connect_protocol.errors import ErrorCode, InvalidRequest
 from connect_protocol.messages import (
     AlterConfigsRequest,
@@ -26,7 +26,7 @@ from connect_protocol.messages import (
 from connect_protocol.wire import assignor_to, resources_from, resources_to, tokens_to, wire_code
 
 from ..core.acls import AclEntry, Operation, PatternType, Permission, ResourceType
-from ..core.model import GroupConfigDefaults, GroupState
+from ..core.model import GroupConfigDefaults, GroupState, next_compute_request_ms
 from ..core.validation import MAX_NAME_LENGTH, MAX_PRINCIPAL_LENGTH, validate_text
 from ..runtime.groups import ListedGroup
 
@@ -150,6 +150,12 @@ def described_group(
         out.lost_work_rebalance_at_ms = target.lost_work_rebalance_at_ms
     if target.next_wave_at_ms is not None:
         out.next_wave_at_ms = target.next_wave_at_ms
+    meta = state.meta
+    next_request = next_compute_request_ms(meta, state.config(ASSIGNMENT_INTERVAL, defaults))
+    if next_request is not None:
+        out.next_assignment_request_at_ms = next_request
+    if meta.compute_requested_epoch is not None:
+        out.assignment_requested_epoch = meta.compute_requested_epoch
     for c in sorted(state.catalogue.values(), key=lambda c: c.name):
         config = dict(c.config) if config_values else dict.fromkeys(c.config, HIDDEN_VALUE)
         out.catalogue.add(

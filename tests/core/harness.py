@@ -57,6 +57,9 @@ DEFAULTS = GroupConfigDefaults(
     rebalance_timeout_ms=60_000,
     scheduled_rebalance_max_delay_ms=MAX_DELAY_MS,
     assignment_error_backoff_ms=BACKOFF_MS,
+    # The seeds' step tables ask for a computation at every epoch bump (DESIGN 3.21: test
+    # harnesses that replay them set the interval to 0; tests of batching set it).
+    assignment_interval_ms=0,
 )
 
 # The agent's assignor lists (DESIGN 3.4, 3.15).

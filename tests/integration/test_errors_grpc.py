@@ -65,6 +65,7 @@ DEFAULTS = GroupConfigDefaults(
     rebalance_timeout_ms=REBALANCE_MS,
     scheduled_rebalance_max_delay_ms=600_000,
     assignment_error_backoff_ms=100,
+    assignment_interval_ms=0,  # a computation at every epoch bump (DESIGN 3.21)
 )
 
 IC = common_pb2.Assignor(

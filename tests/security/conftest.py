@@ -32,6 +32,7 @@ QUIET_DEFAULTS = GroupConfigDefaults(
     rebalance_timeout_ms=300_000,
     scheduled_rebalance_max_delay_ms=0,
     assignment_error_backoff_ms=100,
+    assignment_interval_ms=0,  # a computation at every epoch bump (DESIGN 3.21)
 )
 
 ADMIN = subject_principal("admin")

@@ -36,6 +36,9 @@ FAST_DEFAULTS = GroupConfigDefaults(
     rebalance_timeout_ms=5_000,
     scheduled_rebalance_max_delay_ms=2_000,
     assignment_error_backoff_ms=100,
+    # A computation at every epoch bump, as before assignment batching (DESIGN 3.21); tests of
+    # batching set the interval themselves.
+    assignment_interval_ms=0,
 )
 
 
@@ -186,6 +189,8 @@ class CoordinatorProcess:
             str(FAST_DEFAULTS.rebalance_timeout_ms),
             "--scheduled-rebalance-max-delay-ms",
             str(FAST_DEFAULTS.scheduled_rebalance_max_delay_ms),
+            "--assignment-interval-ms",
+            str(FAST_DEFAULTS.assignment_interval_ms),
             *extra,
         ]
         self.log_path = log_path
