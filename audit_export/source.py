@@ -221,6 +221,7 @@ GROUPS = TableSpec(
         ("session_floor_until_ms", "long"),
         ("last_fencing_token", "long"),
         ("created_by", "string"),
+        ("compute_requested_at_ms", "long"),
     ),
 )
 GROUP_LEASES = TableSpec(
@@ -251,6 +252,7 @@ MEMBERS = TableSpec(
         ("principal", "string"),
         ("fencing_tokens", "json"),
         ("last_grant_at_ms", "long"),
+        ("stable_since_epoch", "int"),
     ),
     hash_key="member_id",
 )
