@@ -101,6 +101,12 @@ def _error_pair(error: BaseException) -> tuple[ErrorCode, str]:
     )
 
 
+def _carries_assignment(resp: HeartbeatResponse) -> bool:
+    """Whether a heartbeat's answer hands the member resources (and their fencing tokens): never
+    sent from a state whose commit is still in flight (`runtime.group_commit`)."""
+    return resp.assignment is not None
+
+
 class _Base:
     """`identity` works out a call's principal (default: everyone is ANONYMOUS); `authorizer`
     decides what it may do (default: everything, as with authorization off)."""
@@ -238,11 +244,16 @@ class _Base:
                 self.quotas.joins.take(principal)
             if plan is not None:
                 run = functools.partial(run, plan=plan(self.manager.peek(group_id), req, True))
+            member_id = getattr(req, "member_id", None) or None
             resp = self.manager.execute(
                 group_id,
                 lambda state, now: run(state, now_ms=now),
                 cancelled=lambda: not context.is_active(),
                 on_create=functools.partial(self._may_create_group, principal),
+                member_id=member_id,
+                carries_resources=(
+                    _carries_assignment if isinstance(req, HeartbeatRequest) else None
+                ),
             )
             if resp.error_code not in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
                 self.manager.metrics.errors.labels(rpc, ErrorCode(resp.error_code).name).inc()
@@ -297,7 +308,9 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
                     principal=principal,
                 )
 
-            outcome = self.manager.execute_if_steady(req.group_id, handle)
+            outcome = self.manager.execute_if_steady(
+                req.group_id, handle, req.member_id, _carries_assignment
+            )
         except Exception:
             return None
         done, resp = outcome
