@@ -67,7 +67,7 @@ from ..core.records import (
 from ..core.results import Result, ScheduleTimer, TimerOp
 from ..metrics import Metrics
 from ..store.errors import LeaseLost, StoreUnavailable
-from .owned_group import Handler, InFlight, OwnedGroup, Pending, RequestCancelled
+from .owned_group import Handler, InFlight, OwnedGroup, Pending, RequestCancelled, Steady
 from .refusals import NotOwner, database_unavailable, failure_for_client
 from .store_port import CommitStore
 
@@ -124,7 +124,7 @@ class GroupCommit:
         cancelled: Callable[[], bool] | None = None,
         on_create: Callable[[], None] | None = None,
         member_id: str | None = None,
-        carries_resources: Callable[[R], bool] | None = None,
+        steady: Steady | None = None,
     ) -> R:
         """`GroupManager.execute`."""
         pending = Pending(handler, cancelled, on_create, member_id)
@@ -136,9 +136,9 @@ class GroupCommit:
                 tried: InFlight | None = None
                 while not pending.done:
                     if owned.committing is not None:
-                        if owned.committing is not tried and carries_resources is not None:
+                        if owned.committing is not tried and steady is not None:
                             tried = owned.committing  # once per commit: it may take long
-                            self._answer_steady(group_id, owned, pending, carries_resources)
+                            self._answer_steady(group_id, owned, pending, steady)
                         if not pending.done:
                             self._await_commit(owned, pending)
                         continue
@@ -159,7 +159,7 @@ class GroupCommit:
         group_id: str,
         handler: Handler[R],
         member_id: str | None = None,
-        carries_resources: Callable[[R], bool] | None = None,
+        steady: Steady | None = None,
     ) -> tuple[bool, R | None]:
         """`GroupManager.execute_if_steady`."""
         owned = self.owners.current(group_id)
@@ -175,7 +175,7 @@ class GroupCommit:
                     return False, None
             elif owned.queued_for(member_id):
                 return False, None  # an earlier request of this member is answered first
-            return self._steady(group_id, owned, handler, member_id, carries_resources)
+            return self._steady(group_id, owned, handler, member_id, steady)
         finally:
             owned.lock.release()
 
@@ -185,7 +185,7 @@ class GroupCommit:
         owned: OwnedGroup,
         handler: Handler[R],
         member_id: str | None,
-        carries_resources: Callable[[R], bool] | None,
+        steady: Steady | None,
     ) -> tuple[bool, R | None]:
         """Run `handler` and keep its answer if it changes nothing and, with a commit in flight,
         cannot show what that commit would take back if it failed (the module docstring).
@@ -193,30 +193,29 @@ class GroupCommit:
         committing = owned.committing
         if committing is not None and (
             member_id is None
-            or carries_resources is None
+            or steady is None
             or committing.created
             or member_id in committing.members
         ):
             return False, None
+        if steady is not None and not steady.worth_trying(owned.state):
+            return False, None
         result = handler(owned.state, self.now_ms())
         if result.records:
             return False, None  # a change: it is committed by `execute`, run again there
-        if (
-            committing is not None
-            and carries_resources is not None
-            and carries_resources(result.response)
-        ):
+        response = result.response
+        if committing is not None and steady is not None and steady.carries_resources(response):
             return False, None
         owned.last_used = time.monotonic()
         self.timers.apply(group_id, result.timers)
-        return True, result.response
+        return True, response
 
     def _answer_steady(
         self,
         group_id: str,
         owned: OwnedGroup,
         pending: Pending,
-        carries_resources: Callable[[Any], bool],
+        steady: Steady,
     ) -> None:
         """While a commit is in flight, answer the queued `pending` at once if it is a steady
         heartbeat that may be answered then (`_steady`), taking it out of the queue. Called
@@ -225,9 +224,7 @@ class GroupCommit:
         if member_id is None or owned.queued_for(member_id) != 1:
             return  # not queued (taken into a batch), or behind another of its member's
         try:
-            done, response = self._steady(
-                group_id, owned, pending.handler, member_id, carries_resources
-            )
+            done, response = self._steady(group_id, owned, pending.handler, member_id, steady)
         except Exception:  # answered on the ordinary path, which reports it
             return
         if done and owned.withdraw(pending):

@@ -30,7 +30,7 @@ from .group_commit import CANCEL_POLL_S, GroupCommit
 from .group_stats import group_stats
 from .group_timers import GroupTimers
 from .listing import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, GroupListing, ListedGroup
-from .owned_group import MAX_BATCH, Handler, OwnedGroup, R, RequestCancelled
+from .owned_group import MAX_BATCH, Handler, OwnedGroup, R, RequestCancelled, Steady
 from .ownership import ADOPT_BATCH, IDLE_RELEASE_S, GroupLeases
 from .refusals import (
     DATABASE_MODULES,
@@ -54,6 +54,7 @@ __all__ = [
     "ListedGroup",
     "NotOwner",
     "RequestCancelled",
+    "Steady",
     "SystemClock",
     "database_unavailable",
 ]
@@ -136,7 +137,7 @@ class GroupManager:
         cancelled: Callable[[], bool] | None = None,
         on_create: Callable[[], None] | None = None,
         member_id: str | None = None,
-        carries_resources: Callable[[R], bool] | None = None,
+        steady: Steady | None = None,
     ) -> R:
         """Run a core handler on the group this process owns (taking it over if its lease is
         free). Raises NotCoordinator / CoordinatorNotAvailable when it cannot serve, and
@@ -154,10 +155,10 @@ class GroupManager:
         caller's creation rate).
 
         The group's lock is held while handlers run and their records are applied, not while
-        they are committed: the next batch waits for the commit, but a heartbeat of
-        `member_id` whose handler changes nothing may be answered meanwhile, from the
-        in-memory state, if the commit in flight writes nothing of that member and the answer
-        does not `carries_resources` (`group_commit`'s docstring says why that is safe).
+        they are committed: the next batch waits for the commit, but a `steady` request of
+        `member_id` (a heartbeat) whose handler changes nothing may be answered meanwhile,
+        from the in-memory state, if the commit in flight writes nothing of that member and the
+        answer carries no resources (`group_commit`'s docstring says why that is safe).
         Requests of one member are answered in the order they were queued."""
         return self.commits.execute(
             group_id,
@@ -165,7 +166,7 @@ class GroupManager:
             cancelled=cancelled,
             on_create=on_create,
             member_id=member_id,
-            carries_resources=carries_resources,
+            steady=steady,
         )
 
     def execute_if_steady(
@@ -173,19 +174,19 @@ class GroupManager:
         group_id: str,
         handler: Handler[R],
         member_id: str | None = None,
-        carries_resources: Callable[[R], bool] | None = None,
+        steady: Steady | None = None,
     ) -> tuple[bool, R | None]:
         """Run a core handler at once on the calling thread, if that needs neither a wait nor
         the database: the group is held here under a fresh lease, no request of `member_id`
         (of anyone, without one) is queued for it, its lock is free, and the handler changes
-        nothing (no records). While a commit of the group is in flight, only for a member that
-        commit writes nothing of, and only if the answer does not `carries_resources` (see
-        `execute`). Returns (True, response) then, else (False, None) and nothing happened
-        (the caller goes through `execute`).
+        nothing (no records); not tried unless `steady.worth_trying`. While a commit of the
+        group is in flight, only for a member that commit writes nothing of, and only if the
+        answer does not `steady.carries_resources` (see `execute`). Returns (True, response)
+        then, else (False, None) and nothing happened (the caller goes through `execute`).
 
         This is the steady heartbeat's path: it lets the event loop answer it without handing
         it to a thread (`grpc_api.aio`)."""
-        return self.commits.execute_if_steady(group_id, handler, member_id, carries_resources)
+        return self.commits.execute_if_steady(group_id, handler, member_id, steady)
 
     def owner_address(self, group_id: str) -> str:
         """Which process serves the group (FindCoordinator): this one if it owns or can take it

@@ -24,6 +24,18 @@ Handler = Callable[[GroupState | None, int], Result[R]]
 MAX_BATCH = 256
 
 
+@dataclass(frozen=True, slots=True)
+class Steady:
+    """How a request that may change nothing (a heartbeat) is answered without a batch of its
+    own (`group_commit`): `carries_resources(response)` tells an answer that hands the member
+    resources (never sent while a commit is in flight); `worth_trying(state)` tells, in O(1),
+    whether its handler is likely to change nothing (else it is not run outside a batch: a
+    handler that reconciles a big share costs 100+ ms, run once is enough)."""
+
+    carries_resources: Callable[[Any], bool]
+    worth_trying: Callable[[GroupState | None], bool] = lambda _state: True
+
+
 class RequestCancelled(CoordinatorNotAvailable):
     """The caller gave up while the request waited for its group: it is not run."""
 

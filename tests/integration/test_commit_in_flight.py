@@ -36,7 +36,7 @@ from coordinator_svc.core.heartbeat import heartbeat
 from coordinator_svc.core.model import GroupState
 from coordinator_svc.core.records import Record
 from coordinator_svc.core.results import Result
-from coordinator_svc.runtime.groups import GroupManager
+from coordinator_svc.runtime.groups import GroupManager, Steady
 from coordinator_svc.store import Lease, SqlStore, StoreUnavailable
 from tests.core.harness import DEFAULTS, GROUP, SESSIONED, stable_group
 from tests.integration.test_ownership_grpc import stable_group as stable_group_grpc
@@ -125,7 +125,8 @@ def carries(resp: HeartbeatResponse) -> bool:
     return resp.assignment is not None
 
 
-CARRY: dict[str, Any] = {"carries_resources": carries}
+STEADY = Steady(carries)
+CARRY: dict[str, Any] = {"steady": STEADY}
 
 
 def state_of(manager: GroupManager) -> GroupState:
@@ -143,13 +144,13 @@ def test_a_steady_heartbeat_is_answered_while_a_commit_is_in_flight_and_a_writte
     assert gate.entered.wait(WAIT_S)
     w3_epoch = state_of(manager).members["w3"].member_epoch  # applied, not committed
     # w2 is written by nothing in flight: answered at once, on the caller's thread too.
-    done, resp = manager.execute_if_steady(GROUP, beat("w2", 5), "w2", carries)
+    done, resp = manager.execute_if_steady(GROUP, beat("w2", 5), "w2", STEADY)
     assert done and resp is not None and resp.error_code == ErrorCode.NONE
     assert resp.assignment is None and resp.member_epoch == 5
     queued = Call(lambda: manager.execute(GROUP, beat("w2", 5), member_id="w2", **CARRY))
     assert queued.done.wait(WAIT_S), "a steady heartbeat waited for another batch's commit"
     # w3's own heartbeat (as if its join's answer had been lost) waits for the commit.
-    assert manager.execute_if_steady(GROUP, beat("w3", w3_epoch), "w3", carries) == (False, None)
+    assert manager.execute_if_steady(GROUP, beat("w3", w3_epoch), "w3", STEADY) == (False, None)
     w3_beat = Call(lambda: manager.execute(GROUP, beat("w3", w3_epoch), member_id="w3", **CARRY))
     # The next batch (a PutConnector) waits too, and then sees the committed join.
     seen: list[int] = []
@@ -183,7 +184,7 @@ def test_a_failed_commit_in_flight_leaves_no_answer_that_carried_what_it_took_ba
     assert gate.entered.wait(WAIT_S)
     w3_epoch = state_of(manager).members["w3"].member_epoch
     answered: list[HeartbeatResponse] = []
-    done, resp = manager.execute_if_steady(GROUP, beat("w2", 5), "w2", carries)
+    done, resp = manager.execute_if_steady(GROUP, beat("w2", 5), "w2", STEADY)
     assert done and resp is not None
     answered.append(resp)
     # An answer that hands out resources is never sent from the uncommitted state, even to a
@@ -193,7 +194,7 @@ def test_a_failed_commit_in_flight_leaves_no_answer_that_carried_what_it_took_ba
     def hands_out(state: GroupState | None, now: int) -> Result[HeartbeatResponse]:
         return Result([], HeartbeatResponse(member_epoch=5, assignment=share))
 
-    assert manager.execute_if_steady(GROUP, hands_out, "w2", carries) == (False, None)
+    assert manager.execute_if_steady(GROUP, hands_out, "w2", STEADY) == (False, None)
     w3_beat = Call(lambda: manager.execute(GROUP, beat("w3", w3_epoch), member_id="w3", **CARRY))
     time.sleep(0.2)
     assert not w3_beat.done.is_set()
@@ -207,8 +208,8 @@ def test_a_failed_commit_in_flight_leaves_no_answer_that_carried_what_it_took_ba
     assert all(a.assignment is None for a in answered), answered
     assert sorted(state_of(manager).members) == ["w1", "w2"]
     # Steady heartbeats go on; the same answer outside a commit is given as before.
-    assert manager.execute_if_steady(GROUP, beat("w2", 5), "w2", carries)[0]
-    assert manager.execute_if_steady(GROUP, hands_out, "w2", carries)[0]
+    assert manager.execute_if_steady(GROUP, beat("w2", 5), "w2", STEADY)[0]
+    assert manager.execute_if_steady(GROUP, hands_out, "w2", STEADY)[0]
 
 
 def test_an_epoch_only_move_in_flight_holds_back_the_moved_members_heartbeat(
@@ -255,7 +256,7 @@ def test_an_epoch_only_move_in_flight_holds_back_the_moved_members_heartbeat(
     assert gate.entered.wait(WAIT_S)
     moved = state_of(manager).members["w2"]
     assert moved.member_epoch == epoch and moved.assigned == w2.assigned  # moved, uncommitted
-    assert manager.execute_if_steady(GROUP, beat("w2", 5), "w2", carries) == (False, None)
+    assert manager.execute_if_steady(GROUP, beat("w2", 5), "w2", STEADY) == (False, None)
     w2_beat = Call(lambda: manager.execute(GROUP, beat("w2", 5), member_id="w2", **CARRY))
     time.sleep(0.2)
     assert not w2_beat.done.is_set()
