@@ -221,8 +221,8 @@ class GroupCommit:
         heartbeat that may be answered then (`_steady`), taking it out of the queue. Called
         with the group's lock held."""
         member_id = pending.member_id
-        if member_id is None or owned.queued_for(member_id) != 1:
-            return  # not queued (taken into a batch), or behind another of its member's
+        if member_id is None or not pending.queued or owned.queued_for(member_id) != 1:
+            return  # taken into a batch already, or behind another request of its member
         try:
             done, response = self._steady(group_id, owned, pending.handler, member_id, steady)
         except Exception:  # answered on the ordinary path, which reports it

@@ -51,6 +51,8 @@ class Pending:
     #: The member the request speaks for (a heartbeat, Prepare, Install), if any: a later
     #: steady heartbeat of the same member is never answered before it.
     member_id: str | None = None
+    #: In its group's queue (not yet taken into a batch, nor withdrawn).
+    queued: bool = False
     done: bool = False
     response: Any = None
     error: BaseException | None = None
@@ -108,13 +110,14 @@ class OwnedGroup:
     def enqueue(self, pending: Pending) -> None:
         with self.queue_lock:
             self.queue.append(pending)
+            pending.queued = True
             if pending.member_id is not None:
                 self.queued_members[pending.member_id] += 1
 
     def withdraw(self, pending: Pending) -> bool:
         """Take `pending` out of the queue; False if it was not there (taken into a batch)."""
         with self.queue_lock:
-            if pending not in self.queue:
+            if not pending.queued:
                 return False
             self.queue.remove(pending)
             self._unqueued([pending])
@@ -133,6 +136,7 @@ class OwnedGroup:
 
     def _unqueued(self, pendings: list[Pending]) -> None:
         for pending in pendings:
+            pending.queued = False
             member_id = pending.member_id
             if member_id is not None:
                 left = self.queued_members[member_id] - 1
