@@ -1,6 +1,13 @@
 """The asyncio face of the servicers (grpc.aio): a steady heartbeat is answered on the event loop
-itself; every other call, and any heartbeat that would wait for its group's lock or change
-something, runs the synchronous servicer (`servicers.py`) on a thread of a pool.
+itself; every other call, any heartbeat that would wait for its group's lock or change
+something, and any heartbeat that reports more than STEADY_ON_LOOP_MAX_OWNED resources, runs the
+synchronous servicer (`servicers.py`) on a thread of a pool.
+
+The loop serves every group of the process, so nothing on it may cost more than a steady
+heartbeat's small, bounded work: a heartbeat that reports a big owned list (100,000 tasks:
+~180 ms of Python to read into a resource set) goes straight to the pool, never tried on the
+loop first. What stays on the loop for a big message is protobuf's own C (de)serialisation
+(~5 ms for 100,000 tasks).
 
 Why: the measured gRPC plumbing of the thread-pool server (`bench/run-server-model`) costs more
 per call than the aio server's, and the steady heartbeat is by far the most frequent call. Why not
@@ -32,6 +39,11 @@ log = logging.getLogger("coordinator.grpc")
 
 #: At most one log line per RPC in this many seconds about undecodable bodies (each is counted).
 UNDECODABLE_LOG_EVERY_S = 60.0
+
+#: A heartbeat whose owned list names more resources than this is not tried on the event loop:
+#: it is seldom steady (an agent sends its owned list when it changed), and reading it is
+#: O(list) Python (~2 ms per 1,000) that would hold up every other group's heartbeats.
+STEADY_ON_LOOP_MAX_OWNED = 1_000
 
 SyncMethod = Callable[[Any, Any], Any]
 
@@ -80,9 +92,11 @@ class AsyncCoordinatorServicer(_Pooled):
     async def ConnectGroupHeartbeat(
         self, request: Any, context: grpc.aio.ServicerContext, principal: str
     ) -> Any:
-        answer = self.sync.steady_heartbeat(request, principal)
-        if answer is not None:
-            return answer
+        owned = request.connectors_and_tasks  # counting a repeated field is O(1)
+        if len(owned.tasks) + len(owned.connectors) <= STEADY_ON_LOOP_MAX_OWNED:
+            answer = self.sync.steady_heartbeat(request, principal)
+            if answer is not None:
+                return answer
         return await run_in_pool(
             self.pool, self.sync.ConnectGroupHeartbeat, request, context, principal
         )

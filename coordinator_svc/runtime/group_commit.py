@@ -1,15 +1,35 @@
 """Group commit: requests queue for their group; whoever holds the group's lock runs every queued
-core handler in order on the in-memory state, applies their records (replay asserts the
-invariants), commits them in one transaction under the group's lease (DESIGN 3.16), and only then
-answers them and changes timers.
+core handler in order on the in-memory state and applies their records (replay asserts the
+invariants); then, with the lock free and the batch marked in flight (`OwnedGroup.committing`),
+commits them in one transaction under the group's lease (DESIGN 3.16), and only then answers them
+and changes timers. The next batch of the group waits for that commit to finish (batches stay in
+order, each computed from a state whose every earlier change is committed).
+
+While a batch is in flight, a heartbeat that changes nothing may be answered from the in-memory
+state (`execute_if_steady`, and a queued one in `execute`), which holds the uncommitted batch, so
+only when its answer cannot show anything the batch changed and a failed commit would take back
+(DESIGN 3.11, 3.13: no resource on two workers, whatever fails):
+
+- never to a member a record of the batch writes, removes or moves to a new epoch (an epoch-only
+  move too: told an epoch the undo takes back, the member's next heartbeat would name an epoch
+  the coordinator never committed and be FENCED_MEMBER_EPOCH, losing its whole share to a
+  rebalance for a failure it had no part in; it waits for one commit instead);
+- never an answer that carries an assignment (resources and their fencing tokens);
+- never while the batch creates the group.
+
+What such an answer may still show of the batch is group-wide and carries no resource: a
+heartbeat interval or session timeout of an uncommitted AlterGroupConfigs, or COMPUTE_ASSIGNMENT
+to the assignor member after an uncommitted epoch bump. If the commit fails, the next answer
+shows the restored values; a Prepare for an epoch that was taken back is refused as for any stale
+epoch.
 
 A commit that fails while the lease is still ours takes the batch back in memory (an undo log of
-what its records changed: O(what changed), never a copy of the group), refuses that batch's
-requests with COORDINATOR_NOT_AVAILABLE and keeps serving the group (DESIGN 3.21): steady
-heartbeats, which write nothing, go on being answered from memory through a short database
-outage. The group is dropped (and reloaded by its next request) only when the lease is lost, when
-the outcome of the commit is unknown (the connection died during COMMIT), or when an invariant
-broke.
+what its records changed: O(what changed), never a copy of the group), under the lock, before the
+next request runs; refuses that batch's requests with COORDINATOR_NOT_AVAILABLE and keeps serving
+the group (DESIGN 3.21): steady heartbeats, which write nothing, go on being answered from memory
+through a short database outage. The group is dropped (and reloaded by its next request) only
+when the lease is lost, when the outcome of the commit is unknown (the connection died during
+COMMIT), or when an invariant broke.
 """
 
 from __future__ import annotations
@@ -30,11 +50,24 @@ from connect_protocol.logs import fields
 from ..core import replay
 from ..core.errors import IllegalStateError
 from ..core.model import GroupConfigDefaults
-from ..core.records import EventRecord, EventType, Record
+from ..core.records import (
+    ConfigRecord,
+    ConnectorRecord,
+    ConnectorRemovedRecord,
+    EventRecord,
+    EventType,
+    GroupMetaRecord,
+    MemberRecord,
+    MemberRemovedRecord,
+    MembersMovedRecord,
+    Record,
+    TargetRecord,
+    visit,
+)
 from ..core.results import Result, ScheduleTimer, TimerOp
 from ..metrics import Metrics
 from ..store.errors import LeaseLost, StoreUnavailable
-from .owned_group import Handler, OwnedGroup, Pending, RequestCancelled
+from .owned_group import Handler, InFlight, OwnedGroup, Pending, RequestCancelled, Steady
 from .refusals import NotOwner, database_unavailable, failure_for_client
 from .store_port import CommitStore
 
@@ -90,15 +123,25 @@ class GroupCommit:
         *,
         cancelled: Callable[[], bool] | None = None,
         on_create: Callable[[], None] | None = None,
+        member_id: str | None = None,
+        steady: Steady | None = None,
     ) -> R:
         """`GroupManager.execute`."""
-        pending = Pending(handler, cancelled, on_create)
+        pending = Pending(handler, cancelled, on_create, member_id)
         for _attempt in range(3):
             owned = self.owners.own(group_id)
             owned.enqueue(pending)
             self._lock(owned, pending)
             try:
+                tried: InFlight | None = None
                 while not pending.done:
+                    if owned.committing is not None:
+                        if owned.committing is not tried and steady is not None:
+                            tried = owned.committing  # once per commit: it may take long
+                            self._answer_steady(group_id, owned, pending, steady)
+                        if not pending.done:
+                            self._await_commit(owned, pending)
+                        continue
                     if self.owners.current(group_id) is not owned:
                         break  # dropped while we waited: start again
                     if not owned.lease_fresh():
@@ -111,24 +154,95 @@ class GroupCommit:
             owned.withdraw(pending)
         raise CoordinatorNotAvailable(f"group {group_id!r} is changing owner; retry.")
 
-    def execute_if_steady(self, group_id: str, handler: Handler[R]) -> tuple[bool, R | None]:
+    def execute_if_steady(
+        self,
+        group_id: str,
+        handler: Handler[R],
+        member_id: str | None = None,
+        steady: Steady | None = None,
+    ) -> tuple[bool, R | None]:
         """`GroupManager.execute_if_steady`."""
         owned = self.owners.current(group_id)
-        if owned is None or owned.queue or not owned.lease_fresh():
+        if owned is None or not owned.lease_fresh():
             return False, None
         if not owned.lock.acquire(blocking=False):
             return False, None
         try:
-            if self.owners.current(group_id) is not owned or owned.queue:
+            if self.owners.current(group_id) is not owned:
                 return False, None
-            result = handler(owned.state, self.now_ms())
-            if result.records:
-                return False, None  # a change: it is committed by `execute`, run again there
-            owned.last_used = time.monotonic()
-            self.timers.apply(group_id, result.timers)
-            return True, result.response
+            if member_id is None:
+                if owned.queue:
+                    return False, None
+            elif owned.queued_for(member_id):
+                return False, None  # an earlier request of this member is answered first
+            return self._steady(group_id, owned, handler, member_id, steady)
         finally:
             owned.lock.release()
+
+    def _steady(
+        self,
+        group_id: str,
+        owned: OwnedGroup,
+        handler: Handler[R],
+        member_id: str | None,
+        steady: Steady | None,
+    ) -> tuple[bool, R | None]:
+        """Run `handler` and keep its answer if it changes nothing and, with a commit in flight,
+        cannot show what that commit would take back if it failed (the module docstring).
+        Called with the group's lock held."""
+        committing = owned.committing
+        if committing is not None and (
+            member_id is None
+            or steady is None
+            or committing.created
+            or member_id in committing.members
+        ):
+            return False, None
+        if steady is not None and not steady.worth_trying(owned.state):
+            return False, None
+        result = handler(owned.state, self.now_ms())
+        if result.records:
+            return False, None  # a change: it is committed by `execute`, run again there
+        response = result.response
+        if committing is not None and steady is not None and steady.carries_resources(response):
+            return False, None
+        owned.last_used = time.monotonic()
+        self.timers.apply(group_id, result.timers)
+        return True, response
+
+    def _answer_steady(
+        self,
+        group_id: str,
+        owned: OwnedGroup,
+        pending: Pending,
+        steady: Steady,
+    ) -> None:
+        """While a commit is in flight, answer the queued `pending` at once if it is a steady
+        heartbeat that may be answered then (`_steady`), taking it out of the queue. Called
+        with the group's lock held."""
+        member_id = pending.member_id
+        if member_id is None or not pending.queued or owned.queued_for(member_id) != 1:
+            return  # taken into a batch already, or behind another request of its member
+        try:
+            done, response = self._steady(group_id, owned, pending.handler, member_id, steady)
+        except Exception:  # answered on the ordinary path, which reports it
+            return
+        if done and owned.withdraw(pending):
+            pending.succeed(response)
+
+    def _await_commit(self, owned: OwnedGroup, pending: Pending) -> None:
+        """Wait (the lock held, released meanwhile) for the commit in flight to finish, unless
+        the caller gives up while its request is still queued (not yet run)."""
+        owned.settled.wait(timeout=CANCEL_POLL_S)
+        cancelled = pending.cancelled
+        if (
+            owned.committing is not None
+            and cancelled is not None
+            and not pending.done
+            and cancelled()
+            and owned.withdraw(pending)
+        ):
+            raise RequestCancelled("the caller gave up before its request ran.")
 
     def _lock(self, owned: OwnedGroup, pending: Pending) -> None:
         """Take the group's lock, unless the request is answered by another thread meanwhile
@@ -138,10 +252,8 @@ class GroupCommit:
             owned.lock.acquire()
             return
         while not owned.lock.acquire(timeout=CANCEL_POLL_S):
-            if not pending.done and cancelled():
-                owned.withdraw(pending)
-                if not pending.done:
-                    raise RequestCancelled("the caller gave up before its request ran.")
+            if not pending.done and cancelled() and owned.withdraw(pending):
+                raise RequestCancelled("the caller gave up before its request ran.")
 
     def _run_batch(self, group_id: str, owned: OwnedGroup) -> None:
         """Run the queued handlers in order and commit their records together. Called with the
@@ -183,7 +295,10 @@ class GroupCommit:
             ran.append((pending, result))
         if records:
             try:
-                self._commit(group_id, owned, records, undo, created)
+                try:
+                    self._commit(group_id, owned, records, undo, created)
+                finally:
+                    _settle(owned)
             except CoordinatorError as error:
                 for pending, _result in ran:
                     pending.fail(error)
@@ -241,9 +356,11 @@ class GroupCommit:
     ) -> None:
         """Commit records already applied in memory. On failure, raise what to answer, having
         taken the records back in memory (the group served on while its lease is valid) or
-        dropped the group (lease lost, or the commit's outcome unknown)."""
+        dropped the group (lease lost, or the commit's outcome unknown). Called with the
+        group's lock held; returns (or raises) with it held, the records committed or taken
+        back, and no commit in flight."""
         try:
-            self.store.commit(owned.lease, records)
+            self._commit_unlocked(owned, records, created)
         except LeaseLost as lost:
             self.owners.lose(group_id, owned)
             if lost.holder is not None:
@@ -276,7 +393,19 @@ class GroupCommit:
                 f"could not persist the change to group {group_id!r} "
                 f"({failure_for_client(error)}; the coordinator's log has the details); retry."
             ) from error
-        self._observe(records)
+
+    def _commit_unlocked(self, owned: OwnedGroup, records: list[Record], created: bool) -> None:
+        """`store.commit` with the group's lock free and the batch marked in flight: the next
+        batch waits for it (`execute`), a steady heartbeat may be answered meanwhile (`_steady`).
+        The lock is held again before this returns or raises; the marker is cleared by the
+        caller (`_settle`), after a failed batch was taken back."""
+        owned.committing = InFlight(_members_written(records), created)
+        owned.lock.release()
+        try:
+            self.store.commit(owned.lease, records)
+            self._observe(records)  # the events' log lines, in commit order
+        finally:
+            owned.lock.acquire()
 
     def _observe(self, records: list[Record]) -> None:
         """Metrics and one structured log line per event. Never fails the (committed) request."""
@@ -302,6 +431,56 @@ class GroupCommit:
                 log.info(message, extra=fields(**line))
             except Exception:
                 log.exception("could not log event %s", record.event_type)
+
+
+def _settle(owned: OwnedGroup) -> None:
+    """No commit of the group in flight any more: wake the requests waiting for it. Called with
+    the group's lock held, after a failed batch was taken back."""
+    owned.committing = None
+    owned.settled.notify_all()
+
+
+class _MembersWritten:
+    """The members records write, remove or move (a `RecordVisitor`)."""
+
+    __slots__ = ("members",)
+
+    def __init__(self) -> None:
+        self.members: set[str] = set()
+
+    def meta(self, record: GroupMetaRecord) -> None:
+        pass
+
+    def target(self, record: TargetRecord) -> None:
+        pass
+
+    def member(self, record: MemberRecord) -> None:
+        self.members.add(record.member.member_id)
+
+    def members_moved(self, record: MembersMovedRecord) -> None:
+        self.members.update(record.member_ids)
+
+    def member_removed(self, record: MemberRemovedRecord) -> None:
+        self.members.add(record.member_id)
+
+    def connector(self, record: ConnectorRecord) -> None:
+        pass
+
+    def connector_removed(self, record: ConnectorRemovedRecord) -> None:
+        pass
+
+    def configs(self, record: ConfigRecord) -> None:
+        pass
+
+    def event(self, record: EventRecord) -> None:
+        pass
+
+
+def _members_written(records: list[Record]) -> frozenset[str]:
+    written = _MembersWritten()
+    for record in records:
+        visit(record, written)
+    return frozenset(written.members)
 
 
 def _fail_unanswered(batch: list[Pending], group_id: str) -> None:

@@ -8,10 +8,12 @@ job behind the store port (`store_port.GroupStore`, which `store.SqlStore` satis
 - `group_stats`: the owned groups as a metrics scrape sees them.
 
 A request runs under its group's lock: the core handler computes records from the in-memory state;
-the records are applied (replay asserts the invariants), then committed in one transaction that
-the database refuses unless this process still holds the group's lease. Only then is the response
-sent and are timers changed. A failed commit is taken back in memory while the lease is ours.
-Requests that produce no records (steady heartbeats) touch no database.
+the records are applied (replay asserts the invariants), then committed, the lock free but the
+next batch waiting, in one transaction that the database refuses unless this process still holds
+the group's lease. Only then is the response sent and are timers changed. A failed commit is
+taken back in memory while the lease is ours. Requests that produce no records (steady
+heartbeats) touch no database, and may be answered during another batch's commit when they
+cannot show what it changed (`group_commit`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .group_commit import CANCEL_POLL_S, GroupCommit
 from .group_stats import group_stats
 from .group_timers import GroupTimers
 from .listing import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, GroupListing, ListedGroup
-from .owned_group import MAX_BATCH, Handler, OwnedGroup, R, RequestCancelled
+from .owned_group import MAX_BATCH, Handler, OwnedGroup, R, RequestCancelled, Steady
 from .ownership import ADOPT_BATCH, IDLE_RELEASE_S, GroupLeases
 from .refusals import (
     DATABASE_MODULES,
@@ -52,6 +54,7 @@ __all__ = [
     "ListedGroup",
     "NotOwner",
     "RequestCancelled",
+    "Steady",
     "SystemClock",
     "database_unavailable",
 ]
@@ -133,6 +136,8 @@ class GroupManager:
         *,
         cancelled: Callable[[], bool] | None = None,
         on_create: Callable[[], None] | None = None,
+        member_id: str | None = None,
+        steady: Steady | None = None,
     ) -> R:
         """Run a core handler on the group this process owns (taking it over if its lease is
         free). Raises NotCoordinator / CoordinatorNotAvailable when it cannot serve, and
@@ -147,18 +152,41 @@ class GroupManager:
 
         A request whose records would create the group is refused with POLICY_VIOLATION when
         the database holds `defaults.max_groups` groups, or by what `on_create` raises (the
-        caller's creation rate)."""
-        return self.commits.execute(group_id, handler, cancelled=cancelled, on_create=on_create)
+        caller's creation rate).
 
-    def execute_if_steady(self, group_id: str, handler: Handler[R]) -> tuple[bool, R | None]:
+        The group's lock is held while handlers run and their records are applied, not while
+        they are committed: the next batch waits for the commit, but a `steady` request of
+        `member_id` (a heartbeat) whose handler changes nothing may be answered meanwhile,
+        from the in-memory state, if the commit in flight writes nothing of that member and the
+        answer carries no resources (`group_commit`'s docstring says why that is safe).
+        Requests of one member are answered in the order they were queued."""
+        return self.commits.execute(
+            group_id,
+            handler,
+            cancelled=cancelled,
+            on_create=on_create,
+            member_id=member_id,
+            steady=steady,
+        )
+
+    def execute_if_steady(
+        self,
+        group_id: str,
+        handler: Handler[R],
+        member_id: str | None = None,
+        steady: Steady | None = None,
+    ) -> tuple[bool, R | None]:
         """Run a core handler at once on the calling thread, if that needs neither a wait nor
-        the database: the group is held here under a fresh lease, nothing is queued for it, its
-        lock is free, and the handler changes nothing (no records). Returns (True, response)
+        the database: the group is held here under a fresh lease, no request of `member_id`
+        (of anyone, without one) is queued for it, its lock is free, and the handler changes
+        nothing (no records); not tried unless `steady.worth_trying`. While a commit of the
+        group is in flight, only for a member that commit writes nothing of, and only if the
+        answer does not `steady.carries_resources` (see `execute`). Returns (True, response)
         then, else (False, None) and nothing happened (the caller goes through `execute`).
 
         This is the steady heartbeat's path: it lets the event loop answer it without handing
         it to a thread (`grpc_api.aio`)."""
-        return self.commits.execute_if_steady(group_id, handler)
+        return self.commits.execute_if_steady(group_id, handler, member_id, steady)
 
     def owner_address(self, group_id: str) -> str:
         """Which process serves the group (FindCoordinator): this one if it owns or can take it

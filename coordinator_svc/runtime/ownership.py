@@ -118,6 +118,7 @@ class GroupLeases:
             self.groups.clear()
         for group in owned:
             with group.lock:
+                group.wait_settled()  # a commit in flight finishes under the lease it holds
                 try:
                     self.store.release(group.lease)
                     self.metrics.lease_changes.labels("released").inc()
