@@ -28,12 +28,16 @@ class ResourceSet:
 
     Its tasks in order are computed once per set and kept (`ordered_tasks`): a member's
     10,000-task assignment is written to its row, sent in answers and described, and a sort of
-    10,000 tasks costs milliseconds each time (issue 24).
+    10,000 tasks costs milliseconds each time (issue 24). So are the tasks' JSON objects
+    (`to_json`), which a member's row and the event of the same change both write.
     """
 
     connectors: frozenset[str] = frozenset()
     tasks: frozenset[TaskId] = frozenset()
     _ordered_tasks: tuple[TaskId, ...] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
+    _tasks_json: list[dict[str, object]] | None = field(
         default=None, init=False, repr=False, compare=False, hash=False
     )
 
@@ -90,10 +94,14 @@ class ResourceSet:
         return "[" + ", ".join(self.names()) + "]"
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "connectors": self.sorted_connectors(),
-            "tasks": [{"connector": c, "task": n} for c, n in self.ordered_tasks()],
-        }
+        """{"connectors": [name], "tasks": [{"connector", "task"}]}, each sorted: the shape of
+        the database's columns and the audit events. The lists are new; the task objects are
+        built once per set and shared by every result (not to be changed)."""
+        tasks_json = self._tasks_json
+        if tasks_json is None:
+            tasks_json = [{"connector": c, "task": n} for c, n in self.ordered_tasks()]
+            object.__setattr__(self, "_tasks_json", tasks_json)
+        return {"connectors": self.sorted_connectors(), "tasks": list(tasks_json)}
 
     @staticmethod
     def from_json(data: object) -> ResourceSet:

@@ -4,6 +4,7 @@ the agent's `wire` build on it for the messages only one side reads."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from functools import partial
 from operator import attrgetter
@@ -27,10 +28,55 @@ _task_id = partial(tuple.__new__, TaskId)
 """`TaskId` from a (connector, task) pair without NamedTuple's Python-level `__new__`."""
 
 
+class _DecodedSets:
+    """Large owned lists decoded lately, by their encoded bytes (so always exact): a member
+    reports the same list on heartbeat after heartbeat while it reconciles, and a heartbeat
+    that is not steady is decoded twice (the steady attempt, then the full path). Encoding a
+    10,000-task list again costs a twentieth of decoding it. Bounded by the tasks it holds,
+    the oldest entry dropped first."""
+
+    def __init__(self, max_tasks: int) -> None:
+        self.max_tasks = max_tasks
+        self._sets: dict[bytes, ResourceSet] = {}
+        self._tasks = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.decoded = 0
+
+    def get(self, msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
+        key = msg.SerializeToString(deterministic=True)
+        found = self._sets.get(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        decoded = _decode(msg)
+        with self._lock:
+            self.decoded += 1
+            if key not in self._sets:
+                self._sets[key] = decoded
+                self._tasks += len(decoded.tasks)
+                while self._tasks > self.max_tasks and self._sets:
+                    oldest = next(iter(self._sets))
+                    self._tasks -= len(self._sets.pop(oldest).tasks)
+        return decoded
+
+
+DECODE_CACHE_MIN_TASKS = 256
+"""Owned lists shorter than this are decoded every time (cheaper than looking them up)."""
+
+_decoded_sets = _DecodedSets(max_tasks=200_000)
+
+
 def resources_from(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
-    """The set a ConnectorsAndTasks message names. Its tasks are decoded with C callables only
-    (no Python frame per task): an owned list of 10,000 tasks arrives on every heartbeat that
-    reports it (issue 24)."""
+    """The set a ConnectorsAndTasks message names. An owned list of 10,000 tasks arrives on
+    every heartbeat that reports it (issue 24): its tasks are decoded with C callables only (no
+    Python frame per task), and a large list decoded lately is not decoded again."""
+    if len(msg.tasks) < DECODE_CACHE_MIN_TASKS:
+        return _decode(msg)
+    return _decoded_sets.get(msg)
+
+
+def _decode(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
     return ResourceSet(
         frozenset(msg.connectors),
         frozenset(map(_task_id, map(_connector_and_task, msg.tasks))),
