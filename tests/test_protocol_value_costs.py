@@ -1,0 +1,129 @@
+"""What the protocol's values cost on a large share (issue 24 item 1), counted, never timed:
+owned lists decoded once however often they arrive, a set's and a token map's tasks ordered once
+per value, task JSON objects built once per set. Connector names that count their comparisons
+stand in for a clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from connect_protocol import wire
+from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.tokens import FencingTokens
+
+
+class Counted(str):
+    """A connector name that counts how often it is compared (sorting compares names)."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        Counted.comparisons += 1
+        return str.__eq__(self, other)
+
+    def __lt__(self, other: Any) -> bool:
+        Counted.comparisons += 1
+        return str.__lt__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def _share(connectors: int = 10, tasks_each: int = 100) -> ResourceSet:
+    """A share whose task names are distinct objects, so that no comparison is skipped."""
+    return ResourceSet(
+        frozenset(f"c{i}" for i in range(connectors)),
+        frozenset(
+            TaskId(Counted(f"c{i}"), n) for i in range(connectors) for n in range(tasks_each)
+        ),
+    )
+
+
+def test_a_sets_tasks_are_ordered_once_for_every_later_use() -> None:
+    share = _share()
+    Counted.comparisons = 0
+    first = share.sorted_tasks()
+    assert Counted.comparisons > 0
+    Counted.comparisons = 0
+    again = share.sorted_tasks()
+    share.to_json()
+    wire.resources_to(share)
+    assert Counted.comparisons == 0
+    assert again == first
+
+
+def test_a_sets_task_json_objects_are_built_once_and_each_result_is_a_new_list() -> None:
+    share = _share(2, 3)
+    one, two = share.to_json(), share.to_json()
+    assert one == two == ResourceSet.of(share.connectors, share.tasks).to_json()
+    assert one["tasks"] is not two["tasks"]
+    assert all(a is b for a, b in zip(one["tasks"], two["tasks"], strict=True))  # type: ignore[call-overload]
+
+
+def test_tokens_are_ordered_once_and_a_restriction_takes_its_order_from_them() -> None:
+    share = _share()
+    tokens = FencingTokens.granted(share, 7)
+    Counted.comparisons = 0
+    ordered = tokens.tasks()
+    assert Counted.comparisons > 0
+    half = ResourceSet.of((), sorted(share.tasks)[::2])
+    expected = [(t, 7) for t in sorted(half.tasks)]
+    Counted.comparisons = 0
+    restricted = tokens.restricted(half)
+    restricted_tasks = restricted.tasks()
+    tokens.to_json()
+    restricted.to_json()
+    again = tokens.tasks()
+    assert Counted.comparisons == 0
+    assert restricted_tasks == expected
+    assert again == ordered
+
+
+def test_a_large_owned_list_is_decoded_once_however_often_it_arrives() -> None:
+    share = ResourceSet.of(["big"], [("big", n) for n in range(wire.DECODE_CACHE_MIN_TASKS * 2)])
+    msg = wire.resources_to(share)
+    decoded_before = wire._decoded_sets.decoded
+    first = wire.resources_from(msg)
+    for _ in range(5):
+        assert wire.resources_from(msg) is first
+    again = wire.resources_from(type(msg).FromString(msg.SerializeToString()))
+    assert again is first
+    assert wire._decoded_sets.decoded - decoded_before <= 1  # none when an earlier test had it
+    assert first == share
+    assert all(type(t) is TaskId for t in first.tasks)
+
+
+def test_the_decoded_lists_kept_are_bounded_by_their_tasks() -> None:
+    cache = wire._DecodedSets(max_tasks=1_000)
+    for i in range(10):
+        cache.get(wire.resources_to(ResourceSet.of((), [(f"c{i}", n) for n in range(300)])))
+    assert cache.decoded == 10
+    assert sum(len(s.tasks) for s in cache._sets.values()) <= 1_000
+
+
+names = st.sampled_from(["a", "b", "c-1", "c"])
+task_ids = st.builds(TaskId, names, st.integers(0, 600))
+sets = st.builds(ResourceSet.of, st.frozensets(names), st.frozensets(task_ids, max_size=700))
+
+
+@given(sets)
+def test_decoding_gives_the_set_encoded_whatever_its_size(share: ResourceSet) -> None:
+    msg = wire.resources_to(share)
+    assert wire.resources_from(msg) == share
+    assert wire._decode(msg) == share
+
+
+@given(sets, sets, st.integers(1, 5))
+def test_tokens_restricted_either_way_equal_the_plain_restriction(
+    held: ResourceSet, keep: ResourceSet, token: int
+) -> None:
+    tokens = FencingTokens.granted(held, token).with_grant(keep - held, token + 1)
+    unordered = tokens.restricted(keep)
+    tokens.tasks()  # now ordered: the restriction takes the other path
+    ordered = tokens.restricted(keep)
+    plain = {r: t for r, t in tokens.items() if r in keep.connectors or r in keep.tasks}
+    assert unordered == ordered == FencingTokens(plain)
+    assert ordered.tasks() == sorted(ordered.tasks())
+    assert FencingTokens.from_json(ordered.to_json()) == ordered
