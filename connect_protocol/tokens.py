@@ -5,7 +5,7 @@ the wire conversions and the agent (which hands them to the worker)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 from .resources import ResourceSet, TaskId
@@ -109,12 +109,25 @@ class FencingTokens(Mapping[Resource, int]):
         return FencingTokens._of(connectors, tasks)
 
     def with_grant(self, resources: ResourceSet, token: int) -> FencingTokens:
-        """These tokens plus `resources` granted at `token`."""
+        """These tokens plus `resources` granted at `token`. Once this value's order is known,
+        the result's is this order merged with the grant's (no sort of the whole)."""
         by_connector = dict(self._by_connector)
         by_connector.update(dict.fromkeys(resources.connectors, token))
         by_task = dict(self._by_task)
-        by_task.update(dict.fromkeys(resources.tasks, token))
-        return FencingTokens._of(by_connector, by_task)
+        granted = resources.tasks
+        by_task.update(dict.fromkeys(granted, token))
+        ordered = self._tasks
+        if ordered is None:
+            return FencingTokens._of(by_connector, by_task)
+        if not granted:
+            return FencingTokens._of(by_connector, by_task, ordered)
+        if self._by_task.keys().isdisjoint(granted):
+            merged = [*ordered]
+        else:
+            merged = [item for item in ordered if item[0] not in granted]
+        merged.extend(zip(resources.ordered_tasks(), repeat(token)))
+        merged.sort()  # two sorted runs, merged in one pass (timsort)
+        return FencingTokens._of(by_connector, by_task, merged)
 
     def connectors(self) -> list[tuple[str, int]]:
         """(connector, token), sorted by connector."""

@@ -127,3 +127,35 @@ def test_tokens_restricted_either_way_equal_the_plain_restriction(
     assert unordered == ordered == FencingTokens(plain)
     assert ordered.tasks() == sorted(ordered.tasks())
     assert FencingTokens.from_json(ordered.to_json()) == ordered
+
+
+def test_a_grant_onto_ordered_tokens_merges_instead_of_sorting_again() -> None:
+    share = _share(10, 100)
+    extra = ResourceSet.of((), [TaskId(Counted("c3"), n) for n in range(100, 110)])
+    tokens = FencingTokens.granted(share, 7)
+    tokens.tasks()
+    in_set_order = [t for t in tokens if isinstance(t, TaskId)]  # the frozenset's order
+    Counted.comparisons = 0
+    full_sort = sorted(in_set_order)
+    sorting = Counted.comparisons
+    extra.sorted_tasks()
+    Counted.comparisons = 0
+    granted = tokens.with_grant(extra, 8)
+    granted.to_json()
+    assert Counted.comparisons < sorting / 2
+    expected = {t: 7 for t in in_set_order} | dict.fromkeys(extra.tasks, 8)
+    assert granted.tasks() == sorted(expected.items())
+    assert full_sort
+
+
+@given(sets, sets, st.integers(1, 5))
+def test_a_grant_onto_ordered_tokens_equals_the_plain_grant(
+    held: ResourceSet, grant: ResourceSet, token: int
+) -> None:
+    tokens = FencingTokens.granted(held, token)
+    unordered = tokens.with_grant(grant, token + 1)
+    tokens.tasks()
+    ordered = tokens.with_grant(grant, token + 1)
+    assert ordered == unordered
+    assert ordered.tasks() == sorted(unordered.tasks()) == sorted(ordered.tasks())
+    assert ordered.to_json() == unordered.to_json()
