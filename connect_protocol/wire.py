@@ -28,52 +28,81 @@ _task_id = partial(tuple.__new__, TaskId)
 """`TaskId` from a (connector, task) pair without NamedTuple's Python-level `__new__`."""
 
 
-class _DecodedSets:
-    """Large owned lists decoded lately, by their encoded bytes (so always exact): a member
-    reports the same list on heartbeat after heartbeat while it reconciles, and a heartbeat
-    that is not steady is decoded twice (the steady attempt, then the full path). Encoding a
-    10,000-task list again costs a twentieth of decoding it. Bounded by the tasks it holds,
-    the oldest entry dropped first."""
+class _WireSets:
+    """Large resource sets lately decoded or encoded, by their encoded bytes and (encoded ones)
+    by identity, so that neither is done twice: a member reports the same owned list on
+    heartbeat after heartbeat while it reconciles, and that list is the assignment it was sent;
+    a heartbeat that is not steady is decoded twice (the steady attempt, then the full path);
+    an assignor installs unchanged shares as Prepare sent them; the catalogue is sent on every
+    Prepare. Encoding a 10,000-task list again (or parsing its bytes) costs a twentieth of
+    decoding (or building) it. Always exact: a hit is a message with the same bytes, or the
+    same (immutable) set. Bounded by the tasks it holds, the oldest entry dropped first."""
 
     def __init__(self, max_tasks: int) -> None:
         self.max_tasks = max_tasks
-        self._sets: dict[bytes, ResourceSet] = {}
+        self._by_bytes: dict[bytes, ResourceSet] = {}
+        self._by_set: dict[int, tuple[ResourceSet, bytes]] = {}
         self._tasks = 0
         self._lock = threading.Lock()
-        self.hits = 0
         self.decoded = 0
+        self.encoded = 0
 
-    def get(self, msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
+    def decode(self, msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
         key = msg.SerializeToString(deterministic=True)
-        found = self._sets.get(key)
+        found = self._by_bytes.get(key)
         if found is not None:
-            self.hits += 1
             return found
         decoded = _decode(msg)
         with self._lock:
             self.decoded += 1
-            if key not in self._sets:
-                self._sets[key] = decoded
-                self._tasks += len(decoded.tasks)
-                while self._tasks > self.max_tasks and self._sets:
-                    oldest = next(iter(self._sets))
-                    self._tasks -= len(self._sets.pop(oldest).tasks)
+            self._keep(key, decoded)
         return decoded
 
+    def encode(self, resources: ResourceSet, out: common_pb2.ConnectorsAndTasks) -> None:
+        found = self._by_set.get(id(resources))
+        if found is not None and found[0] is resources:
+            out.MergeFromString(found[1])
+            return
+        if out.ByteSize() == 0:
+            _encode(resources, out)
+            key = out.SerializeToString(deterministic=True)
+        else:  # appended to what `out` holds: encoded on its own first
+            alone = common_pb2.ConnectorsAndTasks()
+            _encode(resources, alone)
+            key = alone.SerializeToString(deterministic=True)
+            out.MergeFromString(key)
+        with self._lock:
+            self.encoded += 1
+            self._keep(key, resources)
 
-DECODE_CACHE_MIN_TASKS = 256
-"""Owned lists shorter than this are decoded every time (cheaper than looking them up)."""
+    def _keep(self, key: bytes, resources: ResourceSet) -> None:
+        """Under the lock."""
+        kept = self._by_bytes.setdefault(key, resources)
+        self._by_set[id(kept)] = (kept, key)
+        if kept is resources:
+            self._tasks += len(resources.tasks)
+        while self._tasks > self.max_tasks and self._by_bytes:
+            oldest = next(iter(self._by_bytes))
+            dropped = self._by_bytes.pop(oldest)
+            self._tasks -= len(dropped.tasks)
+            entry = self._by_set.get(id(dropped))
+            if entry is not None and entry[0] is dropped:
+                del self._by_set[id(dropped)]
 
-_decoded_sets = _DecodedSets(max_tasks=200_000)
+
+WIRE_CACHE_MIN_TASKS = 256
+"""Sets with fewer tasks are decoded and encoded every time (cheaper than looking them up)."""
+
+_wire_sets = _WireSets(max_tasks=400_000)
 
 
 def resources_from(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
     """The set a ConnectorsAndTasks message names. An owned list of 10,000 tasks arrives on
     every heartbeat that reports it (issue 24): its tasks are decoded with C callables only (no
-    Python frame per task), and a large list decoded lately is not decoded again."""
-    if len(msg.tasks) < DECODE_CACHE_MIN_TASKS:
+    Python frame per task), and a large list decoded or encoded lately is not decoded again."""
+    if len(msg.tasks) < WIRE_CACHE_MIN_TASKS:
         return _decode(msg)
-    return _decoded_sets.get(msg)
+    return _wire_sets.decode(msg)
 
 
 def _decode(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
@@ -86,13 +115,21 @@ def _decode(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
 def resources_to(
     resources: ResourceSet, msg: common_pb2.ConnectorsAndTasks | None = None
 ) -> common_pb2.ConnectorsAndTasks:
-    """`resources` appended to `msg` (or a new message), each kind sorted."""
+    """`resources` appended to `msg` (or a new message), each kind sorted; a large set encoded
+    or decoded lately is copied from its bytes."""
     out = msg if msg is not None else common_pb2.ConnectorsAndTasks()
+    if len(resources.tasks) < WIRE_CACHE_MIN_TASKS:
+        _encode(resources, out)
+    else:
+        _wire_sets.encode(resources, out)
+    return out
+
+
+def _encode(resources: ResourceSet, out: common_pb2.ConnectorsAndTasks) -> None:
     out.connectors.extend(resources.sorted_connectors())
     add = out.tasks.add
     for connector, task in resources.ordered_tasks():
         add(connector=connector, task=task)
-    return out
 
 
 def assignor_from(msg: common_pb2.Assignor) -> Assignor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from connect.group.v1 import common_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,25 +83,55 @@ def test_tokens_are_ordered_once_and_a_restriction_takes_its_order_from_them() -
 
 
 def test_a_large_owned_list_is_decoded_once_however_often_it_arrives() -> None:
-    share = ResourceSet.of(["big"], [("big", n) for n in range(wire.DECODE_CACHE_MIN_TASKS * 2)])
-    msg = wire.resources_to(share)
-    decoded_before = wire._decoded_sets.decoded
+    share = ResourceSet.of(["big"], [("big", n) for n in range(wire.WIRE_CACHE_MIN_TASKS * 2)])
+    msg = common_pb2.ConnectorsAndTasks()
+    wire._encode(share, msg)  # as a client encodes it
+    decoded_before = wire._wire_sets.decoded
     first = wire.resources_from(msg)
     for _ in range(5):
         assert wire.resources_from(msg) is first
-    again = wire.resources_from(type(msg).FromString(msg.SerializeToString()))
-    assert again is first
-    assert wire._decoded_sets.decoded - decoded_before <= 1  # none when an earlier test had it
+    assert (
+        wire.resources_from(common_pb2.ConnectorsAndTasks.FromString(msg.SerializeToString()))
+        is first
+    )
+    assert wire._wire_sets.decoded - decoded_before == 1
     assert first == share
     assert all(type(t) is TaskId for t in first.tasks)
 
 
-def test_the_decoded_lists_kept_are_bounded_by_their_tasks() -> None:
-    cache = wire._DecodedSets(max_tasks=1_000)
+def test_a_large_set_sent_is_encoded_once_and_its_echo_is_not_decoded() -> None:
+    share = ResourceSet.of(["sent"], [("sent", n) for n in range(wire.WIRE_CACHE_MIN_TASKS * 2)])
+    encoded_before, decoded_before = wire._wire_sets.encoded, wire._wire_sets.decoded
+    sent = [wire.resources_to(share).SerializeToString() for _ in range(3)]
+    assert wire._wire_sets.encoded - encoded_before == 1
+    assert sent[0] == sent[1] == sent[2]
+    echo = common_pb2.ConnectorsAndTasks.FromString(sent[0])
+    assert wire.resources_from(echo) is share
+    assert wire._wire_sets.decoded == decoded_before
+    plain = common_pb2.ConnectorsAndTasks()
+    wire._encode(share, plain)
+    assert plain.SerializeToString() == sent[0]
+
+
+def test_a_large_set_appended_to_a_message_keeps_what_it_held() -> None:
+    share = ResourceSet.of(["x"], [("x", n) for n in range(wire.WIRE_CACHE_MIN_TASKS)])
+    held = common_pb2.ConnectorsAndTasks(connectors=["y"])
+    wire.resources_to(share, held)
+    assert wire._decode(held) == share | ResourceSet.of(["y"])
+    assert (
+        wire.resources_to(share).SerializeToString() == wire.resources_to(share).SerializeToString()
+    )
+
+
+def test_the_sets_kept_are_bounded_by_their_tasks() -> None:
+    cache = wire._WireSets(max_tasks=1_000)
     for i in range(10):
-        cache.get(wire.resources_to(ResourceSet.of((), [(f"c{i}", n) for n in range(300)])))
-    assert cache.decoded == 10
-    assert sum(len(s.tasks) for s in cache._sets.values()) <= 1_000
+        share = ResourceSet.of((), [(f"c{i}", n) for n in range(300)])
+        cache.encode(share, common_pb2.ConnectorsAndTasks())
+        cache.decode(wire.resources_to(ResourceSet.of((), [(f"d{i}", n) for n in range(300)])))
+    assert cache.decoded == 10 and cache.encoded == 10
+    assert sum(len(s.tasks) for s in cache._by_bytes.values()) <= 1_000
+    assert len(cache._by_set) == len(cache._by_bytes)
 
 
 names = st.sampled_from(["a", "b", "c-1", "c"])
