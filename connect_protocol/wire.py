@@ -4,7 +4,10 @@ the agent's `wire` build on it for the messages only one side reads."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
+from functools import partial
+from operator import attrgetter
 from typing import Any, cast
 
 from connect.group.v1 import common_pb2, coordinator_pb2
@@ -20,22 +23,113 @@ def wire_code(code: int) -> common_pb2.ErrorCode:
     return cast(common_pb2.ErrorCode, int(code))
 
 
+_connector_and_task = attrgetter("connector", "task")
+_task_id = partial(tuple.__new__, TaskId)
+"""`TaskId` from a (connector, task) pair without NamedTuple's Python-level `__new__`."""
+
+
+class _WireSets:
+    """Large resource sets lately decoded or encoded, by their encoded bytes and (encoded ones)
+    by identity, so that neither is done twice: a member reports the same owned list on
+    heartbeat after heartbeat while it reconciles, and that list is the assignment it was sent;
+    a heartbeat that is not steady is decoded twice (the steady attempt, then the full path);
+    an assignor installs unchanged shares as Prepare sent them; the catalogue is sent on every
+    Prepare. Encoding a 10,000-task list again (or parsing its bytes) costs a twentieth of
+    decoding (or building) it. Always exact: a hit is a message with the same bytes, or the
+    same (immutable) set. Bounded by the tasks it holds, the oldest entry dropped first."""
+
+    def __init__(self, max_tasks: int) -> None:
+        self.max_tasks = max_tasks
+        self._by_bytes: dict[bytes, ResourceSet] = {}
+        self._by_set: dict[int, tuple[ResourceSet, bytes]] = {}
+        self._tasks = 0
+        self._lock = threading.Lock()
+        self.decoded = 0
+        self.encoded = 0
+
+    def decode(self, msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
+        key = msg.SerializeToString(deterministic=True)
+        found = self._by_bytes.get(key)
+        if found is not None:
+            return found
+        decoded = _decode(msg)
+        with self._lock:
+            self.decoded += 1
+            self._keep(key, decoded)
+        return decoded
+
+    def encode(self, resources: ResourceSet, out: common_pb2.ConnectorsAndTasks) -> None:
+        found = self._by_set.get(id(resources))
+        if found is not None and found[0] is resources:
+            out.MergeFromString(found[1])
+            return
+        if out.ByteSize() == 0:
+            _encode(resources, out)
+            key = out.SerializeToString(deterministic=True)
+        else:  # appended to what `out` holds: encoded on its own first
+            alone = common_pb2.ConnectorsAndTasks()
+            _encode(resources, alone)
+            key = alone.SerializeToString(deterministic=True)
+            out.MergeFromString(key)
+        with self._lock:
+            self.encoded += 1
+            self._keep(key, resources)
+
+    def _keep(self, key: bytes, resources: ResourceSet) -> None:
+        """Under the lock."""
+        kept = self._by_bytes.setdefault(key, resources)
+        self._by_set[id(kept)] = (kept, key)
+        if kept is resources:
+            self._tasks += len(resources.tasks)
+        while self._tasks > self.max_tasks and self._by_bytes:
+            oldest = next(iter(self._by_bytes))
+            dropped = self._by_bytes.pop(oldest)
+            self._tasks -= len(dropped.tasks)
+            entry = self._by_set.get(id(dropped))
+            if entry is not None and entry[0] is dropped:
+                del self._by_set[id(dropped)]
+
+
+WIRE_CACHE_MIN_TASKS = 256
+"""Sets with fewer tasks are decoded and encoded every time (cheaper than looking them up)."""
+
+_wire_sets = _WireSets(max_tasks=400_000)
+
+
 def resources_from(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
+    """The set a ConnectorsAndTasks message names. An owned list of 10,000 tasks arrives on
+    every heartbeat that reports it (issue 24): its tasks are decoded with C callables only (no
+    Python frame per task), and a large list decoded or encoded lately is not decoded again."""
+    if len(msg.tasks) < WIRE_CACHE_MIN_TASKS:
+        return _decode(msg)
+    return _wire_sets.decode(msg)
+
+
+def _decode(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
     return ResourceSet(
-        frozenset(msg.connectors), frozenset(TaskId(t.connector, t.task) for t in msg.tasks)
+        frozenset(msg.connectors),
+        frozenset(map(_task_id, map(_connector_and_task, msg.tasks))),
     )
 
 
 def resources_to(
     resources: ResourceSet, msg: common_pb2.ConnectorsAndTasks | None = None
 ) -> common_pb2.ConnectorsAndTasks:
+    """`resources` appended to `msg` (or a new message), each kind sorted; a large set encoded
+    or decoded lately is copied from its bytes."""
     out = msg if msg is not None else common_pb2.ConnectorsAndTasks()
-    out.connectors.extend(resources.sorted_connectors())
-    out.tasks.extend(
-        common_pb2.ConnectorTaskId(connector=t.connector, task=t.task)
-        for t in resources.sorted_tasks()
-    )
+    if len(resources.tasks) < WIRE_CACHE_MIN_TASKS:
+        _encode(resources, out)
+    else:
+        _wire_sets.encode(resources, out)
     return out
+
+
+def _encode(resources: ResourceSet, out: common_pb2.ConnectorsAndTasks) -> None:
+    out.connectors.extend(resources.sorted_connectors())
+    add = out.tasks.add
+    for connector, task in resources.ordered_tasks():
+        add(connector=connector, task=task)
 
 
 def assignor_from(msg: common_pb2.Assignor) -> Assignor:
@@ -111,10 +205,11 @@ def heartbeat_response_to_wire(
 
 def tokens_to(tokens: FencingTokens, out: Any) -> None:
     """Append `tokens` to a repeated FencingToken field."""
+    add = out.add
     for connector, token in tokens.connectors():
-        out.add(connector=connector, token=token)
-    for task, token in tokens.tasks():
-        out.add(connector=task.connector, task=task.task, token=token)
+        add(connector=connector, token=token)
+    for (connector, task), token in tokens.ordered_tasks():
+        add(connector=connector, task=task, token=token)
 
 
 def tokens_from(entries: Iterable[common_pb2.FencingToken]) -> FencingTokens:

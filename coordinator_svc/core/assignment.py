@@ -512,22 +512,28 @@ def _moves(
     catalogue: ResourceSet,
 ) -> tuple[list[dict[str, str | None]], list[str]]:
     """The resources whose owner the new target changes (from the changed members' entries
-    only: O(what changed)), and every catalogue resource the new target gives to nobody, by
-    display name. Only moved and unassigned resources are named."""
+    only: what each of them lost or gained, found with set operations, so that Python touches
+    only the moved resources: O(what moved)), and every catalogue resource the new target gives
+    to nobody, by display name. Only moved and unassigned resources are named."""
     before: dict[str | TaskId, str] = {}
     after: dict[str | TaskId, str] = {}
     for member_id in changed:
-        for owners, entry in ((before, old.of(member_id)), (after, new.of(member_id))):
-            owners.update(dict.fromkeys(entry.resources.connectors, member_id))
-            owners.update(dict.fromkeys(entry.resources.tasks, member_id))
-    moves = sorted(
-        (
-            {"resource": str(resource), "from": before.get(resource), "to": after.get(resource)}
-            for resource in before.keys() | after.keys()
-            if before.get(resource) != after.get(resource)
-        ),
-        key=lambda move: str(move["resource"]),
+        was, now = old.of(member_id).resources, new.of(member_id).resources
+        lost, gained = was - now, now - was
+        before.update(dict.fromkeys(lost.connectors, member_id))
+        before.update(dict.fromkeys(lost.tasks, member_id))
+        after.update(dict.fromkeys(gained.connectors, member_id))
+        after.update(dict.fromkeys(gained.tasks, member_id))
+    # A target gives a resource to one member at most, so a resource a changed member kept is
+    # in neither map, and one in either map changed its owner.
+    named = sorted(
+        (str(resource), before.get(resource), after.get(resource))
+        for resource in before.keys() | after.keys()
     )
+    moves: list[dict[str, str | None]] = [
+        {"resource": name, "from": was_owner, "to": now_owner}
+        for name, was_owner, now_owner in named
+    ]
     connectors = set(catalogue.connectors)
     tasks = set(catalogue.tasks)
     for entry in new.members.values():

@@ -1,0 +1,192 @@
+"""What the protocol's values cost on a large share (issue 24 item 1), counted, never timed:
+owned lists decoded once however often they arrive, a set's and a token map's tasks ordered once
+per value, task JSON objects built once per set. Connector names that count their comparisons
+stand in for a clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connect.group.v1 import common_pb2
+from hypothesis import given
+from hypothesis import strategies as st
+
+from connect_protocol import wire
+from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.tokens import FencingTokens
+
+
+class Counted(str):
+    """A connector name that counts how often it is compared (sorting compares names)."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        Counted.comparisons += 1
+        return str.__eq__(self, other)
+
+    def __lt__(self, other: Any) -> bool:
+        Counted.comparisons += 1
+        return str.__lt__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def _share(connectors: int = 10, tasks_each: int = 100) -> ResourceSet:
+    """A share whose task names are distinct objects, so that no comparison is skipped."""
+    return ResourceSet(
+        frozenset(f"c{i}" for i in range(connectors)),
+        frozenset(
+            TaskId(Counted(f"c{i}"), n) for i in range(connectors) for n in range(tasks_each)
+        ),
+    )
+
+
+def test_a_sets_tasks_are_ordered_once_for_every_later_use() -> None:
+    share = _share()
+    Counted.comparisons = 0
+    first = share.sorted_tasks()
+    assert Counted.comparisons > 0
+    Counted.comparisons = 0
+    again = share.sorted_tasks()
+    share.to_json()
+    wire.resources_to(share)
+    assert Counted.comparisons == 0
+    assert again == first
+
+
+def test_a_sets_task_json_objects_are_built_once_and_each_result_is_a_new_list() -> None:
+    share = _share(2, 3)
+    one, two = share.to_json(), share.to_json()
+    assert one == two == ResourceSet.of(share.connectors, share.tasks).to_json()
+    assert one["tasks"] is not two["tasks"]
+    assert all(a is b for a, b in zip(one["tasks"], two["tasks"], strict=True))  # type: ignore[call-overload]
+
+
+def test_tokens_are_ordered_once_and_a_restriction_takes_its_order_from_them() -> None:
+    share = _share()
+    tokens = FencingTokens.granted(share, 7)
+    Counted.comparisons = 0
+    ordered = tokens.tasks()
+    assert Counted.comparisons > 0
+    half = ResourceSet.of((), sorted(share.tasks)[::2])
+    expected = [(t, 7) for t in sorted(half.tasks)]
+    Counted.comparisons = 0
+    restricted = tokens.restricted(half)
+    restricted_tasks = restricted.tasks()
+    tokens.to_json()
+    restricted.to_json()
+    again = tokens.tasks()
+    assert Counted.comparisons == 0
+    assert restricted_tasks == expected
+    assert again == ordered
+
+
+def test_a_large_owned_list_is_decoded_once_however_often_it_arrives() -> None:
+    share = ResourceSet.of(["big"], [("big", n) for n in range(wire.WIRE_CACHE_MIN_TASKS * 2)])
+    msg = common_pb2.ConnectorsAndTasks()
+    wire._encode(share, msg)  # as a client encodes it
+    decoded_before = wire._wire_sets.decoded
+    first = wire.resources_from(msg)
+    for _ in range(5):
+        assert wire.resources_from(msg) is first
+    assert (
+        wire.resources_from(common_pb2.ConnectorsAndTasks.FromString(msg.SerializeToString()))
+        is first
+    )
+    assert wire._wire_sets.decoded - decoded_before == 1
+    assert first == share
+    assert all(type(t) is TaskId for t in first.tasks)
+
+
+def test_a_large_set_sent_is_encoded_once_and_its_echo_is_not_decoded() -> None:
+    share = ResourceSet.of(["sent"], [("sent", n) for n in range(wire.WIRE_CACHE_MIN_TASKS * 2)])
+    encoded_before, decoded_before = wire._wire_sets.encoded, wire._wire_sets.decoded
+    sent = [wire.resources_to(share).SerializeToString() for _ in range(3)]
+    assert wire._wire_sets.encoded - encoded_before == 1
+    assert sent[0] == sent[1] == sent[2]
+    echo = common_pb2.ConnectorsAndTasks.FromString(sent[0])
+    assert wire.resources_from(echo) is share
+    assert wire._wire_sets.decoded == decoded_before
+    plain = common_pb2.ConnectorsAndTasks()
+    wire._encode(share, plain)
+    assert plain.SerializeToString() == sent[0]
+
+
+def test_a_large_set_appended_to_a_message_keeps_what_it_held() -> None:
+    share = ResourceSet.of(["x"], [("x", n) for n in range(wire.WIRE_CACHE_MIN_TASKS)])
+    held = common_pb2.ConnectorsAndTasks(connectors=["y"])
+    wire.resources_to(share, held)
+    assert wire._decode(held) == share | ResourceSet.of(["y"])
+    assert (
+        wire.resources_to(share).SerializeToString() == wire.resources_to(share).SerializeToString()
+    )
+
+
+def test_the_sets_kept_are_bounded_by_their_tasks() -> None:
+    cache = wire._WireSets(max_tasks=1_000)
+    for i in range(10):
+        share = ResourceSet.of((), [(f"c{i}", n) for n in range(300)])
+        cache.encode(share, common_pb2.ConnectorsAndTasks())
+        cache.decode(wire.resources_to(ResourceSet.of((), [(f"d{i}", n) for n in range(300)])))
+    assert cache.decoded == 10 and cache.encoded == 10
+    assert sum(len(s.tasks) for s in cache._by_bytes.values()) <= 1_000
+    assert len(cache._by_set) == len(cache._by_bytes)
+
+
+names = st.sampled_from(["a", "b", "c-1", "c"])
+task_ids = st.builds(TaskId, names, st.integers(0, 600))
+sets = st.builds(ResourceSet.of, st.frozensets(names), st.frozensets(task_ids, max_size=700))
+
+
+@given(sets)
+def test_decoding_gives_the_set_encoded_whatever_its_size(share: ResourceSet) -> None:
+    msg = wire.resources_to(share)
+    assert wire.resources_from(msg) == share
+    assert wire._decode(msg) == share
+
+
+@given(sets, sets, st.integers(1, 5))
+def test_tokens_restricted_either_way_equal_the_plain_restriction(
+    held: ResourceSet, keep: ResourceSet, token: int
+) -> None:
+    tokens = FencingTokens.granted(held, token).with_grant(keep - held, token + 1)
+    unordered = tokens.restricted(keep)
+    tokens.tasks()  # now ordered: the restriction takes the other path
+    ordered = tokens.restricted(keep)
+    plain = {r: t for r, t in tokens.items() if r in keep.connectors or r in keep.tasks}
+    assert unordered == ordered == FencingTokens(plain)
+    assert ordered.tasks() == sorted(ordered.tasks())
+    assert FencingTokens.from_json(ordered.to_json()) == ordered
+
+
+def test_a_grant_onto_ordered_tokens_merges_instead_of_sorting_again() -> None:
+    share = _share(10, 100)
+    extra = ResourceSet.of((), [TaskId(Counted("c3"), n) for n in range(100, 110)])
+    tokens = FencingTokens.granted(share, 7)
+    tokens.tasks()
+    in_set_order = [t for t in tokens if isinstance(t, TaskId)]  # the frozenset's order
+    Counted.comparisons = 0
+    full_sort = sorted(in_set_order)
+    sorting = Counted.comparisons
+    extra.sorted_tasks()
+    Counted.comparisons = 0
+    granted = tokens.with_grant(extra, 8)
+    granted.to_json()
+    assert Counted.comparisons < sorting / 2
+    expected = {t: 7 for t in in_set_order} | dict.fromkeys(extra.tasks, 8)
+    assert granted.tasks() == sorted(expected.items())
+    assert full_sort
+
+
+@given(sets, sets, st.integers(1, 5))
+def test_a_grant_onto_ordered_tokens_equals_the_plain_grant(
+    held: ResourceSet, grant: ResourceSet, token: int
+) -> None:
+    tokens = FencingTokens.granted(held, token)
+    unordered = tokens.with_grant(grant, token + 1)
+    tokens.tasks()
+    ordered = tokens.with_grant(grant, token + 1)
+    assert ordered == unordered
+    assert ordered.tasks() == sorted(unordered.tasks()) == sorted(ordered.tasks())
+    assert ordered.to_json() == unordered.to_json()
