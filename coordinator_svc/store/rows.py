@@ -113,15 +113,14 @@ def expand_resources(data: Any) -> ResourceSet:
 def group_row(meta: GroupMeta, with_prepared: bool = True) -> dict[str, Any]:
     """The groups row; without the `prepared` column unless `with_prepared` (see
     `GroupMetaRecord.prepared_changed`)."""
-    row = _group_row(meta)
-    if not with_prepared:
-        del row["prepared"]
-    return row
+    return _group_row(meta, with_prepared)
 
 
-def _group_row(meta: GroupMeta) -> dict[str, Any]:
+def _group_row(meta: GroupMeta, with_prepared: bool) -> dict[str, Any]:
+    """Without `with_prepared`, the Prepare snapshot (O(members + resources)) is not even
+    built: most metadata changes (every join's epoch bump) leave it as it was (issue 24)."""
     prepared = meta.prepared
-    return {
+    row = {
         "group_id": meta.group_id,
         "group_type": GROUP_TYPE_CONNECT,
         "group_epoch": meta.group_epoch,
@@ -133,7 +132,7 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
         "last_assignment_error": meta.last_assignment_error,
         "last_assignment_error_message": meta.last_assignment_error_message,
         "prepared": None
-        if prepared is None
+        if prepared is None or not with_prepared
         else {
             "group_epoch": prepared.group_epoch,
             "member_ids": sorted(prepared.member_ids),
@@ -155,6 +154,9 @@ def _group_row(meta: GroupMeta) -> dict[str, Any]:
         "created_by": meta.created_by,
         "compute_requested_at_ms": meta.compute_requested_at_ms,
     }
+    if not with_prepared:
+        del row["prepared"]
+    return row
 
 
 def meta_from_row(row: Row) -> GroupMeta:
