@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from connect_protocol.configs import Readable, int_config
+from connect_protocol.configs import Readable
 from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources, catalogue_with
 
 from .model import (
@@ -227,10 +227,6 @@ class GroupChange:
         if self._configs is None and self.state is not None:
             configs = self.state.configs
         return self.defaults.read(row, configs)
-
-    def config_int(self, key: str) -> int:
-        """An integer configuration by its key (prefer `config`, typed by its row)."""
-        return self.config(int_config(key))
 
     def fencing_session_ms(self) -> int:
         """See `GroupState.fencing_session_ms`: what session expiry and holds must wait for."""

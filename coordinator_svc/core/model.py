@@ -25,7 +25,6 @@ from connect_protocol.configs import (
     SCHEDULED_REBALANCE_MAX_DELAY,
     SESSION_TIMEOUT,
     Readable,
-    int_config,
     read,
 )
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
@@ -447,10 +446,6 @@ class GroupState:
     def config(self, row: Readable[T], defaults: GroupConfigDefaults) -> T:
         """The typed value of a group configuration: the group's, else the server's default."""
         return defaults.read(row, self.configs)
-
-    def config_int(self, key: str, defaults: GroupConfigDefaults) -> int:
-        """An integer configuration by its key (prefer `config`, typed by its row)."""
-        return defaults.read(int_config(key), self.configs)
 
     def fencing_session_ms(self, now_ms: int, defaults: GroupConfigDefaults) -> int:
         """The session timeout the coordinator's own timers use (expiry, holds): the configured

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from connect_protocol.configs import REBALANCE_TIMEOUT_MS
+from connect_protocol.configs import REBALANCE_TIMEOUT
 
 from ..core.model import GroupConfigDefaults, GroupStatus
 from ..metrics import UNSETTLED, GroupStats
@@ -54,7 +54,7 @@ def group_stats(
                 owned.rebalance = (epochs, now)
         age_ms = max(0, now - since)
         if timeout_ms <= 0:
-            timeout_ms = state.config_int(REBALANCE_TIMEOUT_MS, defaults)
+            timeout_ms = state.config(REBALANCE_TIMEOUT, defaults)
         oldest_ms[status] = max(oldest_ms.get(status, 0), age_ms)
         overdue[status] = max(overdue.get(status, 0.0), age_ms / max(1, timeout_ms))
     return GroupStats(
