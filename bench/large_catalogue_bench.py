@@ -64,6 +64,7 @@ from bench.coordinator_bench import (  # noqa: E402
     free_port,
     log,
 )
+from bench.scale_bench import Scrape, scrape, served  # noqa: E402
 from tests.support.pgcluster import ThrowawayCluster, create_database  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -231,6 +232,7 @@ class Scenario:
         self.name, self.variant = name, variant
         self.db_url = create_database(cluster_url, f"lc_{name.replace('-', '_')}_{variant}")
         port = free_port()
+        self.metrics_port = free_port()
         self.address = f"127.0.0.1:{port}"
         self.log_path = RESULTS / f"large-{name}-{variant}-coordinator.log"
         args = [
@@ -254,6 +256,10 @@ class Scenario:
             "1000",
             "--log-level",
             "INFO",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--metrics-host",
+            "127.0.0.1",
         ]
         self.child = Child(f"coordinator-{variant}", args, self.log_path)
         self.channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
@@ -297,6 +303,10 @@ class Scenario:
         }
 
     # --- helpers ---
+
+    def scrape(self) -> Scrape | None:
+        """The coordinator's own time-per-call histograms now (its /metrics)."""
+        return scrape(self.metrics_port)
 
     def put(self, group: str, name: str, tasks: int) -> float:
         started = time.perf_counter()
@@ -403,6 +413,24 @@ def lat(samples: list[Sample]) -> dict[str, Any]:
     return out
 
 
+OWN_RPCS = (
+    "ConnectGroupHeartbeat",
+    "ConnectGroupPrepareAssignment",
+    "ConnectGroupInstallAssignment",
+)
+
+
+def own(before: Scrape | None, after: Scrape | None) -> dict[str, Any]:
+    """The coordinator's own time per call between two scrapes (handler time as it serves the
+    call, without the driver's share of the cores): rpc -> count, mean, p50, p99 in ms."""
+    out: dict[str, Any] = {}
+    for rpc in OWN_RPCS:
+        figures = served(before, after, rpc)
+        if figures is not None:
+            out[rpc] = {k: round(v, 1) for k, v in figures.items()}
+    return out
+
+
 # --- the three scenarios -----------------------------------------------------------------------
 
 
@@ -416,9 +444,9 @@ def scenario_reconcile(run: Scenario, a: argparse.Namespace) -> dict[str, Any]:
     threading.Thread(
         target=run.assignor_loop, args=(group, lambda: rotation["n"], stop), daemon=True
     ).start()
-    t0 = time.perf_counter()
+    t0, s0 = time.perf_counter(), run.scrape()
     form_s = run.wait_stable(group, a.timeout_s)
-    t1 = time.perf_counter()
+    t1, s1 = time.perf_counter(), run.scrape()
     log(f"  {run.variant}: {a.members} members formed in {form_s:.1f}s")
     rounds: list[dict[str, Any]] = []
     rotation["n"] = a.rotate
@@ -436,13 +464,15 @@ def scenario_reconcile(run: Scenario, a: argparse.Namespace) -> dict[str, Any]:
         nxt = [round(s.ms, 1) for s in after if s.at >= started][:2]
         rounds.append({"put_ms": round(put_ms, 1), "stable_s": round(stable_s, 2), "next": nxt})
         log(f"  {run.variant}: round {r}: STABLE after {stable_s:.1f}s; assignor next hb {nxt} ms")
-    r1 = time.perf_counter()
+    r1, s2 = time.perf_counter(), run.scrape()
     stop.set()
     return {
         "catalogue_load_s": round(load_s, 1),
         "form_s": round(form_s, 1),
         "forming": lat(samples_of(run.members, t0, t1)),
         "rounds": lat(samples_of(run.members, r0, r1)),
+        "forming_own": own(s0, s1),
+        "rounds_own": own(s1, s2),
         "round_detail": rounds,
         "compute_ms": [round(x) for x in run.compute_ms],
     }
@@ -461,12 +491,13 @@ def scenario_put(run: Scenario, a: argparse.Namespace) -> dict[str, Any]:
     time.sleep(3)
     others = [m for m in run.members if m.group == other]
     big_member = next(m for m in run.members if m.group == big)
+    s0 = run.scrape()
     before = time.perf_counter()
     installs = run.installs.get(big, 0)
     put_ms = run.put(big, "huge", a.big_tasks)
     stable_s = run.wait_stable(big, a.timeout_s, installs)
     time.sleep(2)
-    after = time.perf_counter()
+    after, s1 = time.perf_counter(), run.scrape()
     stop.set()
     nxt = [round(s.ms, 1) for s in big_member.samples if s.at >= before][:3]
     log(f"  {run.variant}: put {put_ms:.0f} ms; STABLE after {stable_s:.1f}s; next hb {nxt} ms")
@@ -476,6 +507,7 @@ def scenario_put(run: Scenario, a: argparse.Namespace) -> dict[str, Any]:
         "big_member_next_ms": nxt,
         "other_before": lat(samples_of(others, before - 3, before)),
         "other_during": lat(samples_of(others, before, after)),
+        "during_own": own(s0, s1),
         "compute_ms": [round(x) for x in run.compute_ms],
     }
 
@@ -487,15 +519,19 @@ def scenario_full_owned(run: Scenario, a: argparse.Namespace) -> dict[str, Any]:
     stop = threading.Event()
     threading.Thread(target=run.assignor_loop, args=(group, lambda: 0, stop), daemon=True).start()
     run.wait_stable(group, a.timeout_s)
-    started = time.perf_counter()
+    started, s0 = time.perf_counter(), run.scrape()
     puts = 0
     while time.perf_counter() - started < a.full_s:
         time.sleep(5)
         run.put(group, f"extra-{puts}", 100)
         puts += 1
-    ended = time.perf_counter()
+    ended, s1 = time.perf_counter(), run.scrape()
     stop.set()
-    return {"puts": puts, "heartbeats": lat(samples_of(run.members, started, ended))}
+    return {
+        "puts": puts,
+        "heartbeats": lat(samples_of(run.members, started, ended)),
+        "own": own(s0, s1),
+    }
 
 
 SCENARIOS: dict[str, Callable[[Scenario, argparse.Namespace], dict[str, Any]]] = {
@@ -513,6 +549,10 @@ def rows(name: str, r: dict[str, Any]) -> list[tuple[str, str]]:
         errors = f" err {d['errors']}" if d.get("errors") else ""
         return f"{d['p50_ms']:.1f} / {d['p99_ms']:.1f} / {d['max_ms']:.0f} ({d['count']}){errors}"
 
+    def own_hb(d: dict[str, Any]) -> str:
+        hb = d.get("ConnectGroupHeartbeat")
+        return "-" if hb is None else f"{hb['p50_ms']:.1f} / {hb['p99_ms']:.1f} ({hb['count']:.0f})"
+
     if "failed" in r:
         return [(f"{name}: failed", r["failed"][:60])]
     out: list[tuple[str, str]] = []
@@ -521,6 +561,8 @@ def rows(name: str, r: dict[str, Any]) -> list[tuple[str, str]]:
             ("reconcile: forming, s", f"{r['form_s']}"),
             ("reconcile: hb while forming p50/p99/max ms", fmt(r["forming"])),
             ("reconcile: hb during rounds p50/p99/max ms", fmt(r["rounds"])),
+            ("reconcile: coordinator's own hb p50/p99 forming", own_hb(r["forming_own"])),
+            ("reconcile: coordinator's own hb p50/p99 rounds", own_hb(r["rounds_own"])),
             ("reconcile: rounds, s to STABLE", str([d["stable_s"] for d in r["round_detail"]])),
             (
                 "reconcile: assignor's next 2 hb after put, ms",
@@ -534,9 +576,13 @@ def rows(name: str, r: dict[str, Any]) -> list[tuple[str, str]]:
             ("put: its member's next 3 hb, ms", str(r["big_member_next_ms"])),
             ("put: other group before p50/p99/max", fmt(r["other_before"])),
             ("put: other group during p50/p99/max", fmt(r["other_during"])),
+            ("put: coordinator's own hb p50/p99 during", own_hb(r["during_own"])),
         ]
     else:
-        out += [("full-owned: hb p50/p99/max ms", fmt(r["heartbeats"]))]
+        out += [
+            ("full-owned: hb p50/p99/max ms", fmt(r["heartbeats"])),
+            ("full-owned: coordinator's own hb p50/p99", own_hb(r["own"])),
+        ]
     out += [
         (f"{name}: group_dropped in log", str(r["group_dropped"])),
         (f"{name}: coordinator CPU s", str(r["coordinator_cpu_s"])),

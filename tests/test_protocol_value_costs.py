@@ -190,3 +190,51 @@ def test_a_grant_onto_ordered_tokens_equals_the_plain_grant(
     assert ordered == unordered
     assert ordered.tasks() == sorted(unordered.tasks()) == sorted(ordered.tasks())
     assert ordered.to_json() == unordered.to_json()
+
+
+@given(
+    st.sets(st.tuples(st.sampled_from("abcde"), st.integers(0, 40)), max_size=80),
+    st.sets(st.tuples(st.sampled_from("abcde"), st.integers(0, 40)), max_size=80),
+    st.booleans(),
+    st.booleans(),
+)
+def test_the_set_algebra_keeps_a_known_order_right(
+    left: set[tuple[str, int]], right: set[tuple[str, int]], order_left: bool, order_right: bool
+) -> None:
+    a, b = ResourceSet.of((), left), ResourceSet.of((), right)
+    if order_left:
+        a.ordered_tasks()
+    if order_right:
+        b.ordered_tasks()
+    for result, expected in ((a | b, left | right), (a & b, left & right), (a - b, left - right)):
+        assert result.tasks == expected
+        assert list(result.ordered_tasks()) == sorted(expected)
+
+
+def test_a_share_changed_by_a_few_tasks_is_not_sorted_again() -> None:
+    share = _share()
+    share.ordered_tasks()
+    few = ResourceSet.of((), [TaskId(Counted("c0"), 100), TaskId(Counted("c1"), 100)])
+    target = (share - ResourceSet.of((), list(share.sorted_tasks())[:5])) | few
+    Counted.comparisons = 0
+    kept = share & target
+    kept.ordered_tasks()
+    grown = kept | few
+    grown.ordered_tasks()
+    (grown - few).ordered_tasks()
+    assert Counted.comparisons < len(share.tasks) * 3  # a sort of 1,000 tasks: about 10,000
+    assert list(grown.ordered_tasks()) == sorted(grown.tasks)
+
+
+def test_a_sorted_owned_list_arriving_keeps_its_order() -> None:
+    share = ResourceSet.of(["o"], [("o", n) for n in range(wire.WIRE_CACHE_MIN_TASKS * 2)])
+    msg = common_pb2.ConnectorsAndTasks()
+    for connector, number in sorted(share.tasks):
+        msg.tasks.add(connector=connector, task=number)
+    decoded = wire._decode_large(msg)
+    assert decoded._ordered_tasks == tuple(sorted(share.tasks))
+    shuffled = common_pb2.ConnectorsAndTasks()
+    for connector, number in sorted(share.tasks, reverse=True):
+        shuffled.tasks.add(connector=connector, task=number)
+    assert wire._decode_large(shuffled)._ordered_tasks is None
+    assert wire._decode_large(shuffled) == decoded

@@ -174,7 +174,7 @@ def described_group(
             dm.instance_id = m.instance_id
         resources_to(m.assigned, dm.current_assignment)
         resources_to(m.pending_revocation, dm.pending_revocation)
-        tokens_to(m.tokens, dm.fencing_tokens)
+        tokens_to(m.tokens, dm)
         resources_to(state.target.of(m.member_id).resources, dm.target_assignment)
         dm.assignors.extend(assignor_to(a) for a in m.assignors)
     return out

@@ -1,0 +1,79 @@
+"""The wire's per-task entry bytes (connect_protocol/wire_entries.py) are exactly what protobuf
+writes for the same entries, and the entries kept are bounded."""
+
+from __future__ import annotations
+
+from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
+from hypothesis import given
+from hypothesis import strategies as st
+
+from connect_protocol import wire, wire_entries
+from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.tokens import FencingTokens
+
+names = st.text(min_size=1, max_size=40)
+numbers = st.integers(min_value=0, max_value=2**31 - 1)
+tasks = st.sets(st.builds(TaskId, names, numbers), max_size=60)
+tokens = st.integers(min_value=0, max_value=2**63 - 1)
+
+
+@given(st.sets(names, max_size=5), tasks)
+def test_a_set_encodes_to_protobufs_own_bytes(connectors: set[str], task_set: set[TaskId]) -> None:
+    share = ResourceSet.of(connectors, task_set)
+    by_protobuf = common_pb2.ConnectorsAndTasks(connectors=sorted(connectors))
+    for connector, number in sorted(task_set):
+        by_protobuf.tasks.add(connector=connector, task=number)
+    ours = common_pb2.ConnectorsAndTasks()
+    wire._encode(share, ours)
+    assert ours.SerializeToString() == by_protobuf.SerializeToString()
+    assert wire._decode(ours) == share
+
+
+@given(
+    st.dictionaries(names, tokens, max_size=4),
+    st.dictionaries(st.builds(TaskId, names, numbers), tokens, max_size=40),
+)
+def test_tokens_encode_to_protobufs_own_bytes(
+    by_connector: dict[str, int], by_task: dict[TaskId, int]
+) -> None:
+    value = FencingTokens({**by_connector, **by_task})
+    for parent, fresh in (
+        (coordinator_pb2.Assignment(), coordinator_pb2.Assignment()),
+        (admin_pb2.DescribedMember(), admin_pb2.DescribedMember()),
+    ):
+        for connector, token in sorted(by_connector.items()):
+            parent.fencing_tokens.add(connector=connector, token=token)
+        for (connector, number), token in sorted(by_task.items()):
+            parent.fencing_tokens.add(connector=connector, task=number, token=token)
+        wire.tokens_to(value, fresh)
+        assert fresh.SerializeToString() == parent.SerializeToString()
+        assert wire.tokens_from(fresh.fencing_tokens) == value
+
+
+def test_a_task_number_of_zero_is_present_in_a_token_and_absent_in_a_task() -> None:
+    msg = coordinator_pb2.Assignment()
+    wire.tokens_to(FencingTokens({TaskId("a", 0): 3}), msg)
+    assert msg.fencing_tokens[0].HasField("task") and msg.fencing_tokens[0].task == 0
+    plain = common_pb2.ConnectorsAndTasks()
+    wire._encode(ResourceSet.of((), [("a", 0)]), plain)
+    assert plain.SerializeToString() == b"\x12\x03\x0a\x01a"
+
+
+def test_the_entries_kept_are_bounded() -> None:
+    entries = wire_entries._Entries(wire_entries._task_entry, max_entries=100)
+    for i in range(10):
+        batch = [TaskId(f"c{i}", n) for n in range(30)]
+        joined = entries.join(batch)
+        again = entries.join(batch)
+        assert joined == again
+        assert len(entries._bytes) <= 100
+    assert entries.built == 300
+
+
+def test_entries_are_built_once_per_task() -> None:
+    entries = wire_entries._Entries(wire_entries._task_entry)
+    batch = [TaskId("once", n) for n in range(50)]
+    entries.join(batch)
+    entries.join(batch[::-1])
+    entries.join(batch[:10])
+    assert entries.built == 50
