@@ -1,4 +1,10 @@
-"""Structured (JSON lines) logging for the coordinator and the agent."""
+"""Structured (JSON lines) logging for the coordinator and the agent.
+
+A log line names what happened; the event in the database (or the agent's listener event)
+keeps the whole of it. So a long list in a line's fields is written as its length and first
+`LOG_LIST_ITEMS` items: a 100,000-task assignment or move list was 5 MB per line, and
+serialising it held the interpreter for 400 ms, delaying every group's heartbeats (issue 24).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,30 @@ import json
 import logging
 import sys
 import time
+from itertools import islice
 from typing import Any
+
+LOG_LIST_ITEMS = 100
+"""Items of a list (or tuple, set) written in a log line; the rest only counted."""
+
+
+def brief(value: Any, depth: int = 0) -> Any:
+    """`value` with every list, tuple or set longer than LOG_LIST_ITEMS written as
+    {"count": n, "first": [its first LOG_LIST_ITEMS]}, in dicts and lists alike. O(what is
+    written): a long list's items past the first are never visited."""
+    if depth > 8:
+        return value
+    if isinstance(value, dict):
+        return {k: brief(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        if len(value) > LOG_LIST_ITEMS:
+            return {
+                "count": len(value),
+                "first": [brief(v, depth + 1) for v in islice(value, LOG_LIST_ITEMS)],
+            }
+        if isinstance(value, (list, tuple)):
+            return [brief(v, depth + 1) for v in value]
+    return value
 
 
 class JsonFormatter(logging.Formatter):
@@ -20,7 +49,7 @@ class JsonFormatter(logging.Formatter):
         }
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
-            entry.update(fields)
+            entry.update(brief(fields))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, separators=(",", ":"))

@@ -192,9 +192,13 @@ CatalogueChange = tuple[str, int | None, int | None]
 def catalogue_with(base: ResourceSet, changes: Iterable[CatalogueChange]) -> ResourceSet:
     """`base` (a catalogue's resources) with connectors added, resized or removed: one copy of
     `base`'s sets (in C) plus O(tasks added or removed) in Python, never a task of an unchanged
-    connector built again."""
+    connector built again. When `base`'s order is known the result's is too (the kept tasks
+    filtered and the added merged in, in C), so a Prepare after the change does not sort the
+    whole catalogue."""
     connectors = set(base.connectors)
     tasks = set(base.tasks)
+    added: list[TaskId] = []
+    removed: set[TaskId] = set()
     for name, was, now in changes:
         before = 0 if was is None else was
         after = 0 if now is None else now
@@ -203,10 +207,23 @@ def catalogue_with(base: ResourceSet, changes: Iterable[CatalogueChange]) -> Res
         else:
             connectors.add(name)
         if after < before:
-            tasks.difference_update(TaskId(name, i) for i in range(after, before))
+            gone = {TaskId(name, i) for i in range(after, before)}
+            tasks.difference_update(gone)
+            removed |= gone
         elif after > before:
-            tasks.update(TaskId(name, i) for i in range(before, after))
-    return ResourceSet(frozenset(connectors), frozenset(tasks))
+            more = [TaskId(name, i) for i in range(before, after)]
+            tasks.update(more)
+            added.extend(more)
+    frozen = frozenset(tasks)
+    ordered = base._ordered_tasks
+    if ordered is not None and (added or removed):
+        kept = [*filterfalse(removed.__contains__, ordered)] if removed else [*ordered]
+        if added:
+            fresh = sorted(set(added) - base.tasks) if removed or len(added) > 1 else added
+            kept.extend(fresh)
+            kept.sort()  # two sorted runs: one merge pass
+        ordered = tuple(kept) if len(kept) == len(frozen) else None
+    return ResourceSet.in_order(frozenset(connectors), frozen, ordered)
 
 
 def union(sets: Iterable[ResourceSet]) -> ResourceSet:

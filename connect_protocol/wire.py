@@ -17,7 +17,7 @@ from .errors import ErrorCode
 from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatResponse
 from .resources import ResourceSet, TaskId
 from .tokens import FencingTokens, Resource
-from .wire_entries import task_entries, token_entries
+from .wire_entries import split_resources, task_entries, token_entries
 
 
 def wire_code(code: int) -> common_pb2.ErrorCode:
@@ -54,7 +54,8 @@ class _WireSets:
         found = self._by_bytes.get(key)
         if found is not None:
             return found
-        decoded = _decode_large(msg)
+        split = split_resources(key)
+        decoded = _decode_large(msg) if split is None else _listed(*split)
         with self._lock:
             self.decoded += 1
             self._keep(key, decoded)
@@ -115,14 +116,18 @@ def _decode(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
 
 
 def _decode_large(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
-    """`_decode`, keeping the list's order when it is sorted (as every encoder here sends it):
-    checking costs one comparison per task, a sort later about fourteen."""
-    listed = list(map(_task_id, map(_connector_and_task, msg.tasks)))
+    """`_decode`, keeping the list's order when it is sorted (`_listed`)."""
+    return _listed(msg.connectors, list(map(_task_id, map(_connector_and_task, msg.tasks))))
+
+
+def _listed(connectors: Iterable[str], listed: list[TaskId]) -> ResourceSet:
+    """The set of `listed`, keeping their order when it is sorted (as every encoder here sends
+    it): checking costs one comparison per task, a sort later about fourteen."""
     tasks = frozenset(listed)
     ordered = None
     if len(tasks) == len(listed) and all(map(lt, listed, islice(listed, 1, None))):
         ordered = tuple(listed)
-    return ResourceSet.in_order(frozenset(msg.connectors), tasks, ordered)
+    return ResourceSet.in_order(frozenset(connectors), tasks, ordered)
 
 
 def resources_to(

@@ -22,6 +22,9 @@ from .resources import TaskId
 MAX_ENTRIES = 800_000
 """Entries kept per kind before the kind's cache starts afresh (about 100 bytes each)."""
 
+_task_of_entry: dict[bytes, TaskId] = {}
+"""The reverse of the task entries kept: an entry's bytes -> its task (bounded alike)."""
+
 _TASKS_FIELD = 2  # ConnectorsAndTasks.tasks
 _WIRE_LEN = 2  # protobuf's length-delimited wire type
 
@@ -80,12 +83,16 @@ class _Entries:
 
 
 def _task_entry(task: TaskId) -> bytes:
-    """A `ConnectorTaskId` in `ConnectorsAndTasks.tasks`: proto3 omits a task number of 0."""
+    """A `ConnectorTaskId` in `ConnectorsAndTasks.tasks`: proto3 omits a task number of 0.
+    Kept for `split_resources` too (a member echoes what it was sent)."""
     connector, number = task
     body = _string_field(1, connector)
     if number:
         body += b"\x10" + _varint(number)
-    return _entry(_key(_TASKS_FIELD), body)
+    entry = _entry(_key(_TASKS_FIELD), body)
+    if len(_task_of_entry) < MAX_ENTRIES:
+        _task_of_entry[entry] = task
+    return entry
 
 
 def _token_entry(field_key: bytes) -> Callable[[tuple[TaskId, int]], bytes]:
@@ -101,6 +108,88 @@ def _token_entry(field_key: bytes) -> Callable[[tuple[TaskId, int]], bytes]:
 
 
 _tasks = _Entries(_task_entry)
+
+_CONNECTOR_KEY = 0x0A  # ConnectorsAndTasks.connectors (field 1, length-delimited)
+_TASK_KEY = 0x12  # ConnectorsAndTasks.tasks (field 2, length-delimited)
+
+
+class NotPlain(Exception):
+    """The bytes hold something `split_resources` does not read (an unknown field, a varint over
+    two bytes): the caller decodes them with protobuf."""
+
+
+def split_resources(data: bytes) -> tuple[list[str], list[TaskId]] | None:
+    """A serialized `ConnectorsAndTasks` read without a protobuf object per task: its connector
+    names and its tasks in the order sent. A task whose entry bytes were seen before is looked
+    up; others are read from the entry. The loop runs in Python bytecode, so other threads get
+    the interpreter between entries (one C call over 100,000 tasks held it for the whole
+    decode, delaying every other group's heartbeats). None when the bytes hold anything but
+    the two fields in their usual encoding (the caller then decodes with protobuf)."""
+    connectors: list[str] = []
+    entries: list[bytes] = []
+    add_entry = entries.append
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            here, key, length = pos, data[pos], data[pos + 1]
+            start = pos + 2
+            if length & 0x80:
+                if data[start] & 0x80:
+                    return None
+                length = (length & 0x7F) | (data[start] << 7)
+                start += 1
+            pos = start + length
+            if key == _TASK_KEY:
+                add_entry(data[here:pos])
+            elif key == _CONNECTOR_KEY:
+                connectors.append(data[start:pos].decode())
+            else:
+                return None
+        if pos != end:
+            return None
+        known = _task_of_entry
+        tasks = list(map(known.get, entries))
+        if None in tasks:
+            for i, task in enumerate(tasks):
+                if task is None:
+                    tasks[i] = known[entries[i]] = _read_task_entry(entries[i])
+            if len(known) > MAX_ENTRIES:
+                known.clear()
+        return connectors, tasks  # type: ignore[return-value]
+    except (IndexError, UnicodeDecodeError, NotPlain):
+        return None
+
+
+def _read_task_entry(entry: bytes) -> TaskId:
+    """A `ConnectorTaskId` from its entry bytes (key and length first)."""
+    pos = 2 if entry[1] < 0x80 else 3
+    connector, number = "", 0
+    end = len(entry)
+    while pos < end:
+        key = entry[pos]
+        if key == 0x0A:
+            length = entry[pos + 1]
+            if length & 0x80:
+                raise NotPlain
+            connector = entry[pos + 2 : pos + 2 + length].decode()
+            pos += 2 + length
+        elif key == 0x10:
+            number, shift, pos = 0, 0, pos + 1
+            while True:
+                byte = entry[pos]
+                number |= (byte & 0x7F) << shift
+                pos += 1
+                shift += 7
+                if not byte & 0x80:
+                    break
+            number &= 0xFFFFFFFF  # an int32: the low 32 bits, signed, as protobuf reads it
+            if number >= 1 << 31:
+                number -= 1 << 32
+        else:
+            raise NotPlain
+    return TaskId(connector, number)
+
+
 _tokens: dict[int, _Entries] = {}
 _tokens_lock = threading.Lock()
 

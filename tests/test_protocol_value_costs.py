@@ -238,3 +238,35 @@ def test_a_sorted_owned_list_arriving_keeps_its_order() -> None:
         shuffled.tasks.add(connector=connector, task=number)
     assert wire._decode_large(shuffled)._ordered_tasks is None
     assert wire._decode_large(shuffled) == decoded
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from("abc"), st.none() | st.integers(0, 30), st.none() | st.integers(0, 30)
+        ),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_a_catalogue_changed_keeps_its_order_right(
+    changes: list[tuple[str, int | None, int | None]], ordered: bool
+) -> None:
+    from connect_protocol.resources import catalogue_with, connector_resources
+
+    counts = {"a": 5, "b": 0}
+    base = connector_resources("a", 5) | connector_resources("b", 0)
+    if ordered:
+        base.ordered_tasks()
+    applied: list[tuple[str, int | None, int | None]] = []
+    for name, _, now in changes:  # each change starts from the count before it, as the core's do
+        applied.append((name, counts.get(name), now))
+        if now is None:
+            counts.pop(name, None)
+        else:
+            counts[name] = now
+    result = catalogue_with(base, applied)
+    expected = {TaskId(c, n) for c, count in counts.items() for n in range(count)}
+    assert result.tasks == expected
+    assert result.connectors == set(counts)
+    assert list(result.ordered_tasks()) == sorted(expected)

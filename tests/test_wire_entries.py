@@ -77,3 +77,34 @@ def test_entries_are_built_once_per_task() -> None:
     entries.join(batch[::-1])
     entries.join(batch[:10])
     assert entries.built == 50
+
+
+@given(st.lists(names, max_size=5), st.lists(st.builds(TaskId, names, numbers), max_size=60))
+def test_a_sets_bytes_are_read_as_protobuf_reads_them(
+    connectors: list[str], listed: list[TaskId]
+) -> None:
+    msg = common_pb2.ConnectorsAndTasks(connectors=connectors)
+    for connector, number in listed:
+        msg.tasks.add(connector=connector, task=number)
+    data = msg.SerializeToString(deterministic=True)
+    wire_entries._task_of_entry.clear()
+    for _ in range(2):  # read, then looked up
+        split = wire_entries.split_resources(data)
+        assert split is not None
+        assert split == (connectors, [TaskId(t.connector, t.task) for t in msg.tasks])
+
+
+def test_bytes_it_does_not_read_are_left_to_protobuf() -> None:
+    msg = common_pb2.ConnectorsAndTasks(connectors=["c"])
+    msg.tasks.add(connector="c", task=1)
+    data = msg.SerializeToString()
+    assert wire_entries.split_resources(data + b"\x18\x01") is None  # an unknown field 3
+    assert wire_entries.split_resources(data[:-1]) is None  # cut short
+    negative = common_pb2.ConnectorsAndTasks()
+    negative.tasks.add(connector="c", task=-5)
+    split = wire_entries.split_resources(negative.SerializeToString())
+    assert split == ([], [TaskId("c", -5)])
+    share = ResourceSet.of(["c"], [("c", n) for n in range(wire.WIRE_CACHE_MIN_TASKS)])
+    extra = wire.resources_to(share)
+    extra_bytes = extra.SerializeToString() + b"\x18\x01"
+    assert wire.resources_from(common_pb2.ConnectorsAndTasks.FromString(extra_bytes)) == share

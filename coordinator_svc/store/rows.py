@@ -8,6 +8,7 @@ SQLAlchemy `RowMapping`) back into core values, so that `load` rebuilds exactly 
 from __future__ import annotations
 
 import base64
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -78,19 +79,33 @@ def compact_resources(resources: ResourceSet) -> dict[str, Any]:
 
 
 def _compact(resources: ResourceSet) -> dict[str, Any]:
-    numbers: dict[str, list[int]] = {}
-    for task in resources.tasks:
-        numbers.setdefault(task.connector, []).append(task.task)
+    """A connector's tasks are found by bisection in the set's order, and one whose numbers
+    run from its first to its last without a gap (a catalogue's always do: 0..count-1) is one
+    range without a look at each task: O(connectors x log(tasks)), not a Python step per task
+    (a 100,000-task catalogue took 200 ms, holding the interpreter, at every Prepare)."""
+    ordered = resources.ordered_tasks()
     ranges: dict[str, list[list[int]]] = {}
-    for connector in sorted(numbers):
-        spans: list[list[int]] = []
-        for n in sorted(numbers[connector]):
-            if spans and spans[-1][1] == n - 1:
-                spans[-1][1] = n
-            else:
-                spans.append([n, n])
-        ranges[connector] = spans
+    at, end = 0, len(ordered)
+    while at < end:
+        connector = ordered[at][0]
+        stop = bisect_right(ordered, (connector, _AFTER_EVERY_TASK), at)
+        first, last = ordered[at][1], ordered[stop - 1][1]
+        if last - first == stop - at - 1:  # distinct and sorted: no gap
+            ranges[connector] = [[first, last]]
+        else:
+            spans: list[list[int]] = []
+            for _, n in ordered[at:stop]:
+                if spans and spans[-1][1] == n - 1:
+                    spans[-1][1] = n
+                else:
+                    spans.append([n, n])
+            ranges[connector] = spans
+        at = stop
     return {"connectors": sorted(resources.connectors), "task_ranges": ranges}
+
+
+_AFTER_EVERY_TASK = 1 << 64
+"""A task number above any task's: (connector, it) sorts after each of the connector's tasks."""
 
 
 def expand_resources(data: Any) -> ResourceSet:
