@@ -145,6 +145,14 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.gc_pauses = Histogram(
+            "coordinator_gc_pause_seconds",
+            "How long each garbage collection of the interpreter held it, by generation (0, 1, "
+            "2: a full collection). Every call of every group waits for a collection.",
+            ["generation"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
+        )
         self.rpc_latency = Histogram(
             "coordinator_rpc_latency_seconds",
             "Time the coordinator took to handle a call, by RPC (the method's name): from the "

@@ -34,6 +34,7 @@ def serve(args: argparse.Namespace) -> int:
     from .grpc_api.server import CoordinatorServer
     from .grpc_api.tls import ServerTls
     from .metrics import Metrics
+    from .runtime import gc_pauses
     from .runtime.authorizer import Authorizer
     from .runtime.groups import GroupManager
     from .runtime.quotas import PrincipalQuotas
@@ -91,6 +92,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"coordinator-svc serve: {error}", file=sys.stderr)
         return 2
     metrics = Metrics()
+    gc_pauses.tune()
+    gc_pauses.observe(metrics.gc_pauses)
     manager = GroupManager(store, defaults, metrics)
     tls = (
         ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca or None, args.tls_crl or None)

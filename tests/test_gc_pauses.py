@@ -1,0 +1,69 @@
+"""The coordinator's garbage-collector settings and pause metric (runtime/gc_pauses.py)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+
+from coordinator_svc.runtime import gc_pauses
+
+
+@pytest.fixture
+def pauses() -> Histogram:
+    return Histogram("test_gc_pause_seconds", "t", ["generation"], registry=CollectorRegistry())
+
+
+@pytest.fixture
+def restored() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    yield
+    gc.set_threshold(*thresholds)
+    gc.unfreeze()
+
+
+def _count(h: Histogram, generation: str) -> float:
+    for metric in h.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_count") and sample.labels["generation"] == generation:
+                return sample.value
+    return 0.0
+
+
+def test_every_collection_is_observed_by_generation(pauses: Histogram) -> None:
+    observer = gc_pauses.observe(pauses)
+    try:
+        gc.collect(0)
+        gc.collect(2)
+        gc.collect(2)
+    finally:
+        gc_pauses.stop_observing(observer)
+    assert _count(pauses, "0") >= 1
+    assert _count(pauses, "2") >= 2
+    assert observer not in gc.callbacks
+
+
+def test_a_slow_pause_is_logged_once_a_minute(
+    pauses: Histogram, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    observer = gc_pauses.PauseObserver(pauses)
+    clock = iter([0.0, 0.5, 1.0, 1.5, 70.0, 70.5])  # start/stop pairs: 0.5 s pauses
+    monkeypatch.setattr(gc_pauses.time, "perf_counter", lambda: next(clock))
+    with caplog.at_level(logging.WARNING, logger=gc_pauses.__name__):
+        for _ in range(3):
+            observer("start", {"generation": 2})
+            observer("stop", {"generation": 2, "collected": 0})
+    lines = [r for r in caplog.records if "garbage collection" in r.getMessage()]
+    assert len(lines) == 2  # the second pause, 1 s after the first, only counted
+    assert lines[1].fields["slow_pauses_not_logged"] == 1  # type: ignore[attr-defined]
+    assert lines[0].fields["pause_ms"] == 500  # type: ignore[attr-defined]
+    assert _count(pauses, "2") == 3
+
+
+def test_tune_freezes_the_start_up_heap_and_raises_the_thresholds(restored: None) -> None:
+    gc_pauses.tune()
+    assert gc.get_threshold() == gc_pauses.THRESHOLDS
+    assert gc.get_freeze_count() > 0
