@@ -63,7 +63,8 @@ def test_a_slow_pause_is_logged_once_a_minute(
     assert _count(pauses, "2") == 3
 
 
-def test_tune_freezes_the_start_up_heap_and_raises_the_thresholds(restored: None) -> None:
+def test_tune_freezes_the_start_up_heap(restored: None) -> None:
+    thresholds = gc.get_threshold()
     gc_pauses.tune()
-    assert gc.get_threshold() == gc_pauses.THRESHOLDS
     assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == thresholds

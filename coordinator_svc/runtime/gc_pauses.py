@@ -1,18 +1,16 @@
-"""The interpreter's garbage collector in a coordinator that holds large groups: its thresholds,
-and its pauses measured.
+"""The interpreter's garbage collector in a coordinator that holds large groups: its start-up
+heap frozen, and its pauses measured.
 
 A collection holds the interpreter for its whole run, so every group of the process waits for
 it. Its cost follows the containers alive, not the garbage: a coordinator holding a
 100,000-task group keeps about 1.3 million references in sets, tuples and dicts, and a full
-collection of that heap took 250-500 ms on the 2-core benchmark machine, several times a minute
-while the group changed (measured with run-large, issue 24), collecting next to nothing: the
-group's values hold no reference cycles. So:
+collection of that heap took 200-500 ms on the 2-core benchmark machine while the group changed
+(measured with run-large, issue 24), collecting next to nothing. So:
 
 - `tune` freezes what start-up built (modules, classes, configuration: never garbage) out of
-  every later collection, and raises the thresholds: the youngest generation is collected
-  after 50,000 net allocations instead of 700, and a full collection happens ten times less
-  often (CPython still runs one only when the long-lived objects have grown by a quarter).
-  Short-lived cycles (exceptions, futures) are still found by the young collections.
+  every later collection. CPython's thresholds stay: raised ones (50,000 / 20 / 100) halved the
+  total time spent collecting with a 100,000-task group but cost the ordinary path 3-15 %
+  (run-coordinator, same hour), and did not shorten the longest pauses.
 - `observe` reports every collection's pause in `coordinator_gc_pause_seconds{generation}`
   and logs one over `SLOW_PAUSE_S`, at most once a minute, so that an operator can tell a GC
   pause from the coordinator's own work when heartbeats of unrelated groups slow down together.
@@ -31,9 +29,6 @@ from connect_protocol.logs import fields
 
 log = logging.getLogger(__name__)
 
-THRESHOLDS = (50_000, 20, 100)
-"""gc.set_threshold's three values (CPython's defaults: 700, 10, 10)."""
-
 SLOW_PAUSE_S = 0.1
 """A pause this long or longer is logged (at most once per `LOG_EVERY_S`)."""
 
@@ -41,10 +36,9 @@ LOG_EVERY_S = 60.0
 
 
 def tune() -> None:
-    """Freeze the start-up heap and raise the thresholds (the module docstring)."""
+    """Freeze the start-up heap out of later collections (the module docstring)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*THRESHOLDS)
 
 
 class PauseObserver:
