@@ -222,6 +222,10 @@ GROUPS = TableSpec(
         ("last_fencing_token", "long"),
         ("created_by", "string"),
         ("compute_requested_at_ms", "long"),
+        # Classic groups (migration 0007, DESIGN 3.19); NULL for connect groups.
+        ("classic_state", "string"),
+        ("protocol_name", "string"),
+        ("leader_id", "string"),
     ),
 )
 GROUP_LEASES = TableSpec(
@@ -253,6 +257,12 @@ MEMBERS = TableSpec(
         ("fencing_tokens", "json"),
         ("last_grant_at_ms", "long"),
         ("stable_since_epoch", "int"),
+        # Classic members (migration 0007, DESIGN 3.19); NULL for connect-protocol members.
+        ("group_protocol", "string"),
+        ("classic_protocols", "json"),
+        ("session_timeout_ms", "int"),
+        ("last_joined_generation", "int"),
+        ("classic_assignment", "json"),
     ),
     hash_key="member_id",
 )

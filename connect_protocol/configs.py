@@ -31,6 +31,15 @@ MAX_PRINCIPAL_LENGTH = 1_024
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
+#: The group types (DESIGN 3.19) a configuration can apply to: `connect` groups read every
+#: configuration; `classic` groups only those whose row says so (their members choose their own
+#: session and rebalance timeouts, and waves and assignment batching are the connect
+#: protocol's). AlterGroupConfigs on a classic group refuses to set the others.
+GROUP_TYPE_CONNECT = "connect"
+GROUP_TYPE_CLASSIC = "classic"
+CONNECT_ONLY: frozenset[str] = frozenset({GROUP_TYPE_CONNECT})
+EVERY_GROUP_TYPE: frozenset[str] = frozenset({GROUP_TYPE_CONNECT, GROUP_TYPE_CLASSIC})
+
 
 class _Key:
     """What every row derives from its name: the `serve` flag, its environment variable and the
@@ -69,6 +78,8 @@ class IntConfig(_Key):
     doc: str
     #: Whether a PrepareAssignment answer carries it to the assignor.
     to_assignor: bool = True
+    #: The group types it applies to (see EVERY_GROUP_TYPE).
+    group_types: frozenset[str] = CONNECT_ONLY
 
     #: The type, as documentation names it.
     type_name = "int32"
@@ -123,6 +134,8 @@ class PrincipalListConfig(_Key):
     default: str = ""
     doc: str
     to_assignor: bool = False
+    #: The group types it applies to (see EVERY_GROUP_TYPE).
+    group_types: frozenset[str] = CONNECT_ONLY
 
     #: The type, as documentation names it.
     type_name = "principal list"
@@ -195,6 +208,8 @@ SCHEDULED_REBALANCE_MAX_DELAY = IntConfig(
     default=300_000,
     minimum=0,
     doc="longest the work of a departed member is held back for its return (0: none)",
+    # A classic group's leader is handed it (Connect's scheduled.rebalance.max.delay.ms).
+    group_types=EVERY_GROUP_TYPE,
 )
 #: Paced rebalancing (seed 002 Design III, DESIGN 3.18): at most this many resources in motion
 #: for balancing at once (0: no limit, everything balance needs moves in one target) ...
@@ -219,6 +234,8 @@ ASSIGNOR_PRINCIPAL_LIST = PrincipalListConfig(
     name="assignor.principals",
     doc="principals whose members may compute assignments (e.g. "
     "'User:CN=connect-admin,O=example'); empty: any member",
+    # In a classic group it chooses who may be the leader (DESIGN 3.4, 3.19).
+    group_types=EVERY_GROUP_TYPE,
 )
 #: Assignment batching (DESIGN 3.21, Kafka's KIP-1263 `consumer.assignment.interval.ms`): a new
 #: target computation is requested at most once per interval; epoch bumps meanwhile are folded
@@ -244,6 +261,16 @@ GROUP_CONFIGS: tuple[GroupConfig, ...] = (
     ASSIGNOR_PRINCIPAL_LIST,
 )
 BY_NAME: Mapping[str, GroupConfig] = {row.name: row for row in GROUP_CONFIGS}
+
+
+def applies_to(row: GroupConfig, group_type: str) -> bool:
+    """Whether configuration `row` applies to groups of `group_type`."""
+    return group_type in row.group_types
+
+
+def configs_of(group_type: str) -> tuple[GroupConfig, ...]:
+    """The configurations that apply to groups of `group_type`, in table order."""
+    return tuple(row for row in GROUP_CONFIGS if group_type in row.group_types)
 
 
 # --- the one rule between keys ------------------------------------------------------------------

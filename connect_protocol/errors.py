@@ -17,13 +17,18 @@ class ErrorCode(IntEnum):
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
-    INVALID_GROUP_ID = 24
+    ILLEGAL_GENERATION = 22  # classic groups (DESIGN 3.19)
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24  # a malformed group id only
     UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26  # classic groups
+    REBALANCE_IN_PROGRESS = 27  # classic groups
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_REQUEST = 42
     POLICY_VIOLATION = 44
     GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79  # classic groups: a signal carrying the member id to rejoin with
     GROUP_MAX_SIZE_REACHED = 81
     THROTTLING_QUOTA_EXCEEDED = 89
     FENCED_INSTANCE_ID = 82
@@ -111,3 +116,46 @@ class PolicyViolation(CoordinatorError):
 
 class ThrottlingQuotaExceeded(CoordinatorError):
     code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
+
+
+# --- classic groups (DESIGN 3.19) ---------------------------------------------------------------
+
+
+class IllegalGeneration(CoordinatorError):
+    """A classic call's generation is not the group's current one: the member rejoins."""
+
+    code = ErrorCode.ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocol(CoordinatorError):
+    """The call's protocol type, name or version does not fit the group (or the group is of
+    the other type: the message names it and the fix)."""
+
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+class InvalidSessionTimeout(CoordinatorError):
+    """A classic JoinGroup's session timeout is outside the coordinator's bounds."""
+
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgress(CoordinatorError):
+    """The classic group is rebalancing (or the leader's assignments were refused): rejoin."""
+
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+class MemberIdRequired(CoordinatorError):
+    """A classic JoinGroup without a member id (KIP-394): `member_id` is the id the
+    coordinator made for the caller, which it sends in its next JoinGroup.
+
+    Attributes:
+        member_id: the coordinator-made member id.
+    """
+
+    code = ErrorCode.MEMBER_ID_REQUIRED
+
+    def __init__(self, message: str, member_id: str) -> None:
+        super().__init__(message)
+        self.member_id = member_id

@@ -174,3 +174,56 @@ def test_migration_0005_keys_the_digests_of_existing_connectors(
     assert digest == config_digest({"password": "hunter2"}, key)
     assert digest != config_digest({"password": "hunter2"})
     assert str(digest).startswith("hmac-sha256:")
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_migration_0007_keeps_existing_groups_connect_and_refuses_to_downgrade_a_classic_group(
+    backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """Issue 25: additive (rows of the release before read as connect groups and members), and
+    the downgrade refuses while a classic group exists (an older coordinator would load it as a
+    connect group), then goes through once it is gone."""
+    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'classic.db'}"
+    config = alembic_config(url)
+    command.upgrade(config, "0006")
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    group = (
+        "INSERT INTO groups (group_id, group_type, group_epoch, created_at_ms, "
+        "excluded_assignors, last_assignment_error, last_assignment_error_message, holds) "
+        "VALUES ('{id}', '{type}', 1, 0, '[]', 0, '', '[]')"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(group.format(id="old", type="connect"))
+            conn.exec_driver_sql(
+                "INSERT INTO members (group_id, member_id, url, member_epoch, previous_epoch, "
+                "state, rebalance_timeout_ms, assignors, assigned, pending_revocation) VALUES "
+                "('old', 'w1', '', 1, 0, 'STABLE', 1000, '[]', '{}', '{}')"
+            )
+            with pytest.raises(sa.exc.IntegrityError), conn.begin_nested():
+                conn.exec_driver_sql(group.format(id="early", type="classic"))
+        command.upgrade(config, "head")
+        with engine.begin() as conn:
+            assert conn.exec_driver_sql(
+                "SELECT group_type, classic_state, protocol_name, leader_id FROM groups"
+            ).one() == ("connect", None, None, None)
+            assert conn.exec_driver_sql(
+                "SELECT group_protocol, classic_protocols, session_timeout_ms FROM members"
+            ).one() == ("connect", None, None)
+            conn.exec_driver_sql(group.format(id="new", type="classic"))
+            conn.exec_driver_sql("UPDATE groups SET classic_state = 'EMPTY' WHERE group_id='new'")
+            with pytest.raises(sa.exc.IntegrityError), conn.begin_nested():
+                conn.exec_driver_sql("UPDATE groups SET classic_state = 'ASSIGNING'")
+            with pytest.raises(sa.exc.IntegrityError), conn.begin_nested():
+                conn.exec_driver_sql(group.format(id="odd", type="streams"))
+        with pytest.raises(RuntimeError, match=r"classic groups exist.*'new'"):
+            command.downgrade(config, "0006")
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM groups WHERE group_id = 'new'")
+        command.downgrade(config, "0006")
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT group_id FROM groups").scalars().all() == ["old"]
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from connect_protocol.configs import Readable
 from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources, catalogue_with
 
+from .classic_model import PendingId, RoundChange
 from .model import (
     Connector,
     GroupConfigDefaults,
@@ -27,6 +28,7 @@ from .model import (
     fencing_session_ms,
 )
 from .records import (
+    ClassicRoundRecord,
     ConfigRecord,
     ConnectorRecord,
     ConnectorRemovedRecord,
@@ -39,11 +41,20 @@ from .records import (
     Record,
     TargetRecord,
 )
-from .results import SCHEDULED_REBALANCE, CancelTimer, ScheduleTimer, TimerKey, TimerOp
+from .results import (
+    SCHEDULED_REBALANCE,
+    CancelTimer,
+    Result,
+    ScheduleTimer,
+    TimerKey,
+    TimerOp,
+    Wakeup,
+)
 from .selection import GroupProfiles, NoSelection, select_with
 from .selection_index import Profile, SelectionIndex, profile_of
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class GroupChange:
@@ -74,6 +85,10 @@ class GroupChange:
         self._configs: dict[str, str] | None = None
         self._events: list[EventRecord] = []
         self.timers: list[TimerOp] = []
+        # Classic groups (DESIGN 3.19): the round as this change leaves it (made on first use),
+        # and the answers to parked calls, delivered after the commit.
+        self._round: RoundChange | None = None
+        self.wakeups: list[Wakeup] = []
         if state is None:
             self._meta = GroupMeta(
                 group_id=group_id, group_epoch=1, created_at_ms=now_ms, created_by=creator
@@ -360,6 +375,71 @@ class GroupChange:
             self.set_meta(holds=tuple(h for h in self.meta.holds if h.member_id != member_id))
         return hold
 
+    # --- classic groups: the volatile round and parked calls (DESIGN 3.19) ---
+
+    @property
+    def round(self) -> RoundChange:
+        """The group's join round with this change's edits on top (reads and writes O(1) per
+        member); its net change becomes one `ClassicRoundRecord`."""
+        if self._round is None:
+            self._round = RoundChange(None if self.state is None else self.state.round)
+        return self._round
+
+    def join_round(self, member_id: str) -> int:
+        """`member_id` has (re)joined this phase; returns its join order."""
+        return self.round.join(member_id)
+
+    def clear_round(self) -> None:
+        """A new phase: nobody has joined, awaits sync or is parked (pending ids stay)."""
+        self.round.clear()
+
+    def put_pending_id(self, pending_id: str, pending: PendingId) -> None:
+        self.round.put_pending(pending_id, pending)
+
+    def drop_pending_id(self, pending_id: str) -> None:
+        self.round.drop_pending(pending_id)
+
+    def set_sync_sets(
+        self,
+        awaiting: Iterable[str] | None = None,
+        synced: Iterable[str] = (),
+        parked: Iterable[str] = (),
+        unparked: Iterable[str] = (),
+    ) -> None:
+        """Replace who awaits sync (`awaiting`, when given), then mark `synced` members
+        answered, `parked` members' SyncGroups parked and `unparked` ones no longer."""
+        if awaiting is not None:
+            self.round.set_awaiting_sync(awaiting)
+        for member_id in synced:
+            self.round.mark_synced(member_id)
+        for member_id in unparked:
+            self.round.unpark(member_id)
+        for member_id in parked:
+            self.round.park(member_id)
+
+    def set_round(self, **scalars: Any) -> None:
+        """Set scalar fields of the round (`ClassicRound`'s: initial, reason, ...)."""
+        self.round.set(**scalars)
+
+    def wake(self, kind: str, member_id: str, response: Any) -> None:
+        """Answer `member_id`'s parked `kind` call with `response` once this change is
+        committed."""
+        self.wakeups.append(Wakeup(kind, member_id, response))
+
+    def start_classic_rebalance(
+        self, reason: str, member_id: str | None = None, **details: Any
+    ) -> None:
+        """Start a classic rebalance (a classic group's counterpart of `bump_epoch`: what a
+        catalogue change, a hold's end or RemoveMember calls on a classic group). Implemented
+        by `classic_rebalance.prepare_rebalance`."""
+        from .classic_rebalance import prepare_rebalance  # late: it builds on this module
+
+        prepare_rebalance(self, reason, member_id, **details)
+
+    def result(self, response: R) -> Result[R]:
+        """This change as a handler's result: its records, `response`, its timers and wakeups."""
+        return Result(self.records(), response, list(self.timers), list(self.wakeups))
+
     # --- compound operations ---
 
     def bump_epoch(self, reason: str, **details: Any) -> None:
@@ -453,6 +533,9 @@ class GroupChange:
 
         changed.sort(key=lambda m: (gives_up(m), m.member_id))
         out.extend(MemberRecord(self.group_id, m, epoch_only(m)) for m in changed)
+        delta = None if self._round is None else self._round.delta()
+        if delta is not None:
+            out.append(ClassicRoundRecord(self.group_id, delta))
         out.extend(self._events)
         return out
 

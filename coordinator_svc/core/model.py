@@ -39,6 +39,12 @@ from connect_protocol.resources import (
 )
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
+from .classic_model import (
+    ClassicGroupMeta,
+    ClassicMemberInfo,
+    ClassicRound,
+    GroupType,
+)
 from .errors import IllegalStateError
 from .selection_index import Profile, SelectionIndex, profile_of
 from .wire_size import config_bytes, connector_bytes
@@ -79,6 +85,14 @@ class GroupConfigDefaults:
     max_config_bytes_per_group: int = 64 * 1024 * 1024
     max_assignor_metadata_bytes: int = 64 * 1024
     max_assignor_state_bytes: int = 16 * 1024 * 1024
+    #: Classic groups (DESIGN 3.19): the bounds of a member's own session timeout (Kafka's
+    #: group.min/max.session.timeout.ms), the delay before an EMPTY group's first generation
+    #: (group.initial.rebalance.delay.ms), and how long a new member's parked JoinGroup keeps
+    #: it without heartbeats (Kafka's CLASSIC_GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS).
+    classic_min_session_timeout_ms: int = 6_000
+    classic_max_session_timeout_ms: int = 1_800_000
+    classic_initial_rebalance_delay_ms: int = 3_000
+    classic_new_member_join_timeout_ms: int = 300_000
     #: The database's config digest key (`SqlStore.config_digest_key`, loaded at start): every
     #: connector's `config_digest` is an HMAC under it. None (pure core tests): unkeyed digests.
     config_digest_key: bytes | None = field(default=None, repr=False)
@@ -130,6 +144,10 @@ class Member:
         stable_since_epoch: the member epoch at which it was last sent its current assignment
             (DESIGN 3.21); changed only when its assignment, pending set or state changes,
             never when an install moves it to a new epoch with its share unchanged.
+        classic: what a member of the classic protocol has besides (DESIGN 3.19); None for a
+            connect-protocol member. A classic member's `assigned` is what it holds,
+            `pending_revocation` what it must still release, `member_epoch` the last
+            generation it joined.
     """
 
     member_id: str
@@ -146,6 +164,12 @@ class Member:
     tokens: FencingTokens = NO_TOKENS
     last_grant_at_ms: int = 0
     stable_since_epoch: int = 0
+    classic: ClassicMemberInfo | None = None
+
+    @property
+    def group_protocol(self) -> GroupType:
+        """The protocol the member speaks."""
+        return GroupType.CONNECT if self.classic is None else GroupType.CLASSIC
 
     @property
     def owned(self) -> ResourceSet:
@@ -264,6 +288,9 @@ class GroupMeta:
             recorded); --max-groups-per-principal counts by it.
         compute_requested_at_ms: when a target computation was last requested (None: never);
             `assignment.interval.ms` paces the next request from it (DESIGN 3.21).
+        group_type: the protocol the group speaks (DESIGN 3.19).
+        classic: a classic group's state, generation protocol and leader (its generation is
+            `group_epoch`); None for connect groups.
     """
 
     group_id: str
@@ -282,6 +309,12 @@ class GroupMeta:
     last_fencing_token: int = 0
     created_by: str | None = None
     compute_requested_at_ms: int | None = None
+    group_type: GroupType = GroupType.CONNECT
+    classic: ClassicGroupMeta | None = None
+
+    @property
+    def is_classic(self) -> bool:
+        return self.group_type is GroupType.CLASSIC
 
     def session_floor(self, now_ms: int) -> int:
         """The session timeout some member may still believe in, if above the configured one."""
@@ -317,6 +350,9 @@ class GroupState:
         self.catalogue_tasks = 0
         self.catalogue_config_bytes = 0
         self.assignor_metadata_bytes = 0  # of every member's client assignors, together
+        #: A classic group's volatile join round (DESIGN 3.19): never persisted, changed only
+        #: by `ClassicRoundRecord`s; None until the first one (and for connect groups).
+        self.round: ClassicRound | None = None
 
     @property
     def target(self) -> TargetAssignment:
@@ -392,6 +428,7 @@ class GroupState:
         view.configs = dict(self.configs)
         view.unsettled = set(self.unsettled)
         view._catalogue_changed = dict(self._catalogue_changed)
+        view.round = None if self.round is None else self.round.copy()
         return view
 
     def cached_catalogue_resources(self) -> ResourceSet | None:
@@ -442,6 +479,14 @@ class GroupState:
         if self.group_epoch > self.assignment_epoch:
             return GroupStatus.ASSIGNING
         return GroupStatus.RECONCILING if self.unsettled else GroupStatus.STABLE
+
+    def display_state(self) -> str:
+        """The state ListGroups and DescribeGroups show: a classic group's classic state, a
+        connect group's status. O(1)."""
+        classic = self.meta.classic
+        if self.meta.is_classic and classic is not None:
+            return classic.state.value
+        return self.status().value
 
     def config(self, row: Readable[T], defaults: GroupConfigDefaults) -> T:
         """The typed value of a group configuration: the group's, else the server's default."""

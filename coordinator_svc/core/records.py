@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, assert_never
 
+from .classic_model import RoundDelta
 from .model import Connector, GroupMeta, Member, TargetAssignment
 
 
@@ -51,6 +52,17 @@ class EventType(StrEnum):
     #: ACL rows changed directly in the database (neither path): the rows added and removed,
     #: principal `database`; recorded once, by the first coordinator that notices.
     ACL_CHANGED = "ACL_CHANGED"
+    #: Classic groups (DESIGN 3.19). A rebalance started: `reason`, `generation` (the current
+    #: one), `from_state`, and `connector` when a catalogue change started it.
+    CLASSIC_REBALANCE_STARTED = "CLASSIC_REBALANCE_STARTED"
+    #: A join phase completed (emitted at the new generation's epoch): `generation`,
+    #: `leader`, `protocol`, `members` [ids], `removed` [ids], `withheld` (a resource set).
+    CLASSIC_JOIN_COMPLETED = "CLASSIC_JOIN_COMPLETED"
+    #: The leader's assignments were refused: `generation`, `reason`, `resources` [names].
+    ASSIGNMENT_REFUSED = "ASSIGNMENT_REFUSED"
+    #: A group changed type: `direction` (to_classic, to_connect), `group_epoch_before`,
+    #: `generation`, `members` {classic: n, connect: n}.
+    GROUP_CONVERTED = "GROUP_CONVERTED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +132,16 @@ class ConfigRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicRoundRecord:
+    """A change of a classic group's volatile round (DESIGN 3.19): applied by replay (and taken
+    back with the rest of a failed batch), never written by the store (the round is not
+    persisted: a new owner starts a new join phase)."""
+
+    group_id: str
+    delta: RoundDelta
+
+
+@dataclass(frozen=True, slots=True)
 class EventRecord:
     """One audit event. `payload` is JSON-serialisable."""
 
@@ -141,7 +163,7 @@ StateRecord = (
     | ConnectorRemovedRecord
     | ConfigRecord
 )
-Record = StateRecord | EventRecord
+Record = StateRecord | ClassicRoundRecord | EventRecord
 
 
 class RecordVisitor(Protocol):
@@ -166,6 +188,8 @@ class RecordVisitor(Protocol):
 
     def configs(self, record: ConfigRecord) -> None: ...
 
+    def classic_round(self, record: ClassicRoundRecord) -> None: ...
+
     def event(self, record: EventRecord) -> None: ...
 
 
@@ -188,6 +212,8 @@ def visit(record: Record, visitor: RecordVisitor) -> None:
             visitor.connector_removed(record)
         case ConfigRecord():
             visitor.configs(record)
+        case ClassicRoundRecord():
+            visitor.classic_round(record)
         case EventRecord():
             visitor.event(record)
         case _:

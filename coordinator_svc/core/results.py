@@ -17,6 +17,13 @@ REVOCATION = "revocation"
 ASSIGNOR = "assignor"
 SCHEDULED_REBALANCE = "scheduled-rebalance"
 HOLD = "hold"
+#: Classic groups (DESIGN 3.19; SESSION, REVOCATION and HOLD keep their kinds, with the classic
+#: meaning in a classic group): the join phase's deadline (the initial delay's steps, then the
+#: barrier at the largest member rebalance timeout), the sync deadline of a generation, and
+#: the lapse of a MEMBER_ID_REQUIRED id (keyed by it).
+CLASSIC_JOIN = "classic-join"
+CLASSIC_SYNC = "classic-sync"
+CLASSIC_PENDING = "classic-pending"
 
 TimerKey = tuple[str, str]
 """(kind, member id or ""): e.g. ("session", "w1"), ("scheduled-rebalance", "")."""
@@ -35,12 +42,39 @@ class CancelTimer:
 
 TimerOp = ScheduleTimer | CancelTimer
 
+#: The kinds of call a classic member parks (DESIGN 3.19 "Long polls hold no thread").
+WAKE_JOIN = "join"
+WAKE_SYNC = "sync"
+
+
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """The answer to a parked call: the member's parked `kind` ("join" or "sync") call is
+    answered `response`. Delivered only after the batch that made it is committed."""
+
+    kind: str
+    member_id: str
+    response: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A handler's response that says "not yet": the caller waits for a `Wakeup` of the same
+    kind and member (or the end of its park limit)."""
+
+    kind: str
+    member_id: str
+
 
 @dataclass(frozen=True, slots=True)
 class Result(Generic[R]):
+    """What a handler returns. `wakeups`: answers to other members' parked calls, delivered
+    after the records are committed (never before, never when the commit fails)."""
+
     records: list[Record]
     response: R
     timers: list[TimerOp] = field(default_factory=list)
+    wakeups: list[Wakeup] = field(default_factory=list)
 
     @property
     def writes(self) -> bool:

@@ -51,6 +51,7 @@ from ..core import replay
 from ..core.errors import IllegalStateError
 from ..core.model import GroupConfigDefaults
 from ..core.records import (
+    ClassicRoundRecord,
     ConfigRecord,
     ConnectorRecord,
     ConnectorRemovedRecord,
@@ -64,7 +65,7 @@ from ..core.records import (
     TargetRecord,
     visit,
 )
-from ..core.results import Result, ScheduleTimer, TimerOp
+from ..core.results import Result, ScheduleTimer, TimerOp, Wakeup
 from ..metrics import Metrics
 from ..store.errors import LeaseLost, StoreUnavailable
 from .owned_group import Handler, InFlight, OwnedGroup, Pending, RequestCancelled, Steady
@@ -97,6 +98,11 @@ class Timers(Protocol):
     def apply(self, group_id: str, ops: Iterable[TimerOp | ScheduleTimer]) -> None: ...
 
 
+Deliver = Callable[[str, list[Wakeup]], None]
+"""Answers parked calls (`group id, wakeups`): called after the batch that made the wakeups is
+committed, never before, never when its commit failed (DESIGN 3.19)."""
+
+
 class GroupCommit:
     """Runs requests on owned groups (see the module docstring)."""
 
@@ -108,13 +114,17 @@ class GroupCommit:
         defaults: GroupConfigDefaults,
         metrics: Metrics,
         now_ms: Callable[[], int],
+        deliver: Deliver | None = None,
     ) -> None:
+        """`deliver`: where the wakeups of committed batches go (the parking lot of classic
+        calls); None drops them (no classic calls are served)."""
         self.store = store
         self.owners = owners
         self.timers = timers
         self.defaults = defaults
         self.metrics = metrics
         self.now_ms = now_ms
+        self.deliver = deliver
 
     def execute(
         self,
@@ -313,9 +323,20 @@ class GroupCommit:
                     owned.rebalance = (epochs, self.now_ms())
         for pending, result in ran:
             self.timers.apply(group_id, result.timers)
+            if result.wakeups:
+                self._deliver(group_id, result.wakeups)
             pending.succeed(result.response)
         if owned.state is None:
             self.owners.release_unused(group_id, owned)
+
+    def _deliver(self, group_id: str, wakeups: list[Wakeup]) -> None:
+        """Hand a committed batch's wakeups on. Never fails the (committed) request."""
+        if self.deliver is None:
+            return
+        try:
+            self.deliver(group_id, wakeups)
+        except Exception:
+            log.exception("could not deliver wakeups", extra=fields(group=group_id))
 
     def _may_create(self, group_id: str, pending: Pending) -> None:
         """Raise unless `pending` may create the group: its caller's creation rate, then the
@@ -471,6 +492,9 @@ class _MembersWritten:
 
     def configs(self, record: ConfigRecord) -> None:
         pass
+
+    def classic_round(self, record: ClassicRoundRecord) -> None:
+        pass  # the round is volatile: no member row is written
 
     def event(self, record: EventRecord) -> None:
         pass

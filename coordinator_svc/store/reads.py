@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from coordinator_svc.core import replay
+from coordinator_svc.core.classic_model import KNOWN_GROUP_TYPES
 from coordinator_svc.core.model import GroupState
 from coordinator_svc.core.records import Record
 
@@ -61,9 +62,12 @@ class ReadStatements:
             t.group_id == g.group_id, t.scheduled_rebalance_at_ms.is_not(None)
         )
         json_length = sa.func.json_array_length if db.sqlite else sa.func.jsonb_array_length
+        # Only groups of a type this code knows: a newer release's group is left to a process
+        # that can load it (DESIGN 3.19 "Takeover").
+        known_type = g.group_type.in_(sorted(KNOWN_GROUP_TYPES))
         needing_owner = (
             sa.select(g.group_id)
-            .where(lease_free, has_members | has_schedule | (json_length(g.holds) > 0))
+            .where(lease_free, known_type, has_members | has_schedule | (json_length(g.holds) > 0))
             .order_by(g.group_id)
             .limit(sa.bindparam("p_limit"))
         )

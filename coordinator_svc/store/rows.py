@@ -15,9 +15,18 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
+from connect_protocol.classic_messages import ClassicProtocol, ConnectWorkerMetadata
 from connect_protocol.messages import Assignor
 from connect_protocol.resources import ResourceSet, TaskId
 from connect_protocol.tokens import FencingTokens
+from coordinator_svc.core.classic_model import (
+    KNOWN_GROUP_TYPES,
+    AcceptedAssignment,
+    ClassicGroupMeta,
+    ClassicMemberInfo,
+    ClassicState,
+    GroupType,
+)
 from coordinator_svc.core.model import (
     Connector,
     GroupMeta,
@@ -38,9 +47,28 @@ from coordinator_svc.core.records import (
     TargetRecord,
 )
 
-from .schema import GROUP_TYPE_CONNECT
-
 Row = Mapping[str, Any]
+
+
+class UnknownGroupType(ValueError):
+    """A stored group of a type (or classic state) this code does not know: written by a newer
+    release. It is never loaded (an older process would rewrite it as what it knows, DESIGN
+    3.19 "Takeover"); its owner leaves it, and its lease, alone.
+
+    Attributes:
+        group_id: the group.
+        group_type: its stored type.
+    """
+
+    def __init__(self, group_id: str, group_type: str, detail: str = "") -> None:
+        what = detail or f"of type {group_type!r}"
+        super().__init__(
+            f"group {group_id!r} is {what}, which this coordinator does not know: it was "
+            "written by a newer release; upgrade this coordinator to serve it."
+        )
+        self.group_id = group_id
+        self.group_type = group_type
+
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -137,7 +165,7 @@ def _group_row(meta: GroupMeta, with_prepared: bool) -> dict[str, Any]:
     prepared = meta.prepared
     row = {
         "group_id": meta.group_id,
-        "group_type": GROUP_TYPE_CONNECT,
+        "group_type": meta.group_type.value,
         "group_epoch": meta.group_epoch,
         "created_at_ms": meta.created_at_ms,
         "assignor_member_id": meta.assignor_member_id,
@@ -168,13 +196,45 @@ def _group_row(meta: GroupMeta, with_prepared: bool) -> dict[str, Any]:
         "last_fencing_token": meta.last_fencing_token,
         "created_by": meta.created_by,
         "compute_requested_at_ms": meta.compute_requested_at_ms,
+        **_classic_group_columns(meta.classic),
     }
     if not with_prepared:
         del row["prepared"]
     return row
 
 
+def _classic_group_columns(classic: ClassicGroupMeta | None) -> dict[str, Any]:
+    if classic is None:
+        return {"classic_state": None, "protocol_name": None, "leader_id": None}
+    return {
+        "classic_state": classic.state.value,
+        "protocol_name": classic.protocol_name,
+        "leader_id": classic.leader_id,
+    }
+
+
+def group_type_from_row(row: Row) -> tuple[GroupType, ClassicGroupMeta | None]:
+    """The group's type and classic metadata; UnknownGroupType for a type or classic state this
+    code does not know."""
+    group_id, raw_type = str(row["group_id"]), str(row["group_type"])
+    if raw_type not in KNOWN_GROUP_TYPES:
+        raise UnknownGroupType(group_id, raw_type)
+    group_type = GroupType(raw_type)
+    if group_type is not GroupType.CLASSIC:
+        return group_type, None
+    raw_state = row.get("classic_state") or ClassicState.EMPTY.value
+    try:
+        state = ClassicState(raw_state)
+    except ValueError:
+        raise UnknownGroupType(
+            group_id, raw_type, f"a classic group in state {raw_state!r}"
+        ) from None
+    return group_type, ClassicGroupMeta(state, row.get("protocol_name"), row.get("leader_id"))
+
+
 def meta_from_row(row: Row) -> GroupMeta:
+    """Raises UnknownGroupType for a group this code must not load."""
+    group_type, classic = group_type_from_row(row)
     prepared = row["prepared"]
     return GroupMeta(
         group_id=row["group_id"],
@@ -208,6 +268,8 @@ def meta_from_row(row: Row) -> GroupMeta:
         last_fencing_token=int(row["last_fencing_token"]),
         created_by=row["created_by"],
         compute_requested_at_ms=row["compute_requested_at_ms"],
+        group_type=group_type,
+        classic=classic,
     )
 
 
@@ -236,6 +298,93 @@ def _assignor_from_json(data: Mapping[str, Any]) -> Assignor:
     )
 
 
+def _metadata_json(name: str, m: ConnectWorkerMetadata) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": name,
+        "version": m.version,
+        "url": m.url,
+        "config_offset": m.config_offset,
+    }
+    if m.allocation is not None:
+        out["allocation"] = m.allocation.to_json()
+    return out
+
+
+def _protocol_from_json(data: Mapping[str, Any]) -> ClassicProtocol:
+    allocation = data.get("allocation")
+    return ClassicProtocol(
+        str(data["name"]),
+        ConnectWorkerMetadata(
+            version=int(data["version"]),
+            url=str(data.get("url", "")),
+            config_offset=int(data.get("config_offset", 0)),
+            allocation=None if allocation is None else _resources(allocation),
+        ),
+    )
+
+
+def _accepted_json(a: AcceptedAssignment) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "generation": a.generation,
+        "version": a.version,
+        "assignment": a.assignment.to_json(),
+        "delay": a.delay,
+        "answered": a.answered,
+    }
+    if a.revoked is not None:
+        out["revoked"] = a.revoked.to_json()
+    return out
+
+
+def _accepted_from_json(data: Mapping[str, Any]) -> AcceptedAssignment:
+    revoked = data.get("revoked")
+    return AcceptedAssignment(
+        generation=int(data["generation"]),
+        version=int(data["version"]),
+        assignment=_resources(data["assignment"]),
+        revoked=None if revoked is None else _resources(revoked),
+        delay=int(data.get("delay", 0)),
+        answered=bool(data.get("answered", False)),
+    )
+
+
+def _classic_member_columns(classic: ClassicMemberInfo | None) -> dict[str, Any]:
+    if classic is None:
+        return {
+            "group_protocol": GroupType.CONNECT.value,
+            "classic_protocols": None,
+            "session_timeout_ms": None,
+            "last_joined_generation": None,
+            "classic_assignment": None,
+        }
+    return {
+        "group_protocol": GroupType.CLASSIC.value,
+        "classic_protocols": [_metadata_json(p.name, p.metadata) for p in classic.protocols],
+        "session_timeout_ms": classic.session_timeout_ms,
+        "last_joined_generation": classic.last_joined_generation,
+        "classic_assignment": None
+        if classic.accepted is None
+        else _accepted_json(classic.accepted),
+    }
+
+
+def _classic_member_from_row(row: Row) -> ClassicMemberInfo | None:
+    protocol = row.get("group_protocol") or GroupType.CONNECT.value
+    if protocol == GroupType.CONNECT.value:
+        return None
+    if protocol != GroupType.CLASSIC.value:
+        raise UnknownGroupType(
+            str(row["group_id"]), str(protocol), f"with a member of protocol {protocol!r}"
+        )
+    accepted = row.get("classic_assignment")
+    return ClassicMemberInfo(
+        protocols=tuple(_protocol_from_json(p) for p in row.get("classic_protocols") or ()),
+        session_timeout_ms=int(row.get("session_timeout_ms") or 0),
+        last_joined_generation=int(row.get("last_joined_generation") or 0),
+        accepted=None if accepted is None else _accepted_from_json(accepted),
+    )
+
+
 def member_row(group_id: str, member: Member) -> dict[str, Any]:
     return {
         "group_id": group_id,
@@ -253,6 +402,7 @@ def member_row(group_id: str, member: Member) -> dict[str, Any]:
         "fencing_tokens": member.tokens.to_json(),
         "last_grant_at_ms": member.last_grant_at_ms,
         "stable_since_epoch": member.stable_since_epoch,
+        **_classic_member_columns(member.classic),
     }
 
 
@@ -290,6 +440,7 @@ def member_from_row(row: Row) -> Member:
         tokens=FencingTokens.from_json(row["fencing_tokens"]),
         last_grant_at_ms=int(row["last_grant_at_ms"]),
         stable_since_epoch=int(row["stable_since_epoch"]),
+        classic=_classic_member_from_row(row),
     )
 
 

@@ -21,7 +21,21 @@ GROUP_ID_LENGTH = 249
 #: The longest principal name kept (a certificate subject mapped by the rules).
 PRINCIPAL_LENGTH = 1024
 GROUP_TYPE_CONNECT = "connect"
+GROUP_TYPE_CLASSIC = "classic"
+#: The group types the schema takes (DESIGN 3.19); also each member's `group_protocol`.
+GROUP_TYPES = (GROUP_TYPE_CONNECT, GROUP_TYPE_CLASSIC)
 MEMBER_STATES = ("STABLE", "UNREVOKED", "UNRELEASED", "LEFT")
+CLASSIC_STATES = ("EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE")
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN (" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+#: The CHECK constraints of migration 0007 (written once: the migration uses them too).
+GROUP_TYPE_CHECK = _one_of("group_type", GROUP_TYPES)
+CLASSIC_STATE_CHECK = "classic_state IS NULL OR " + _one_of("classic_state", CLASSIC_STATES)
+GROUP_PROTOCOL_CHECK = _one_of("group_protocol", GROUP_TYPES)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -78,7 +92,8 @@ class Group(Base):
 
     __tablename__ = "groups"
     __table_args__ = (
-        sa.CheckConstraint(f"group_type = '{GROUP_TYPE_CONNECT}'", name="group_type"),
+        sa.CheckConstraint(GROUP_TYPE_CHECK, name="group_type"),
+        sa.CheckConstraint(CLASSIC_STATE_CHECK, name="classic_state"),
     )
 
     group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), primary_key=True)
@@ -103,6 +118,11 @@ class Group(Base):
     # When a target computation was last requested (coordinator ms; NULL: never), from which
     # `assignment.interval.ms` paces the next request (DESIGN 3.21).
     compute_requested_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
+    # Classic groups (DESIGN 3.19; NULL for connect groups): the classic state, the current
+    # generation's protocol and leader. The generation is `group_epoch` (one counter).
+    classic_state: Mapped[str | None] = mapped_column(sa.String(24))
+    protocol_name: Mapped[str | None] = mapped_column(sa.String(32))
+    leader_id: Mapped[str | None] = mapped_column(sa.String)
 
 
 class GroupLease(Base):
@@ -128,6 +148,7 @@ class MemberRow(Base):
         sa.CheckConstraint(
             "state IN (" + ", ".join(f"'{s}'" for s in MEMBER_STATES) + ")", name="state"
         ),
+        sa.CheckConstraint(GROUP_PROTOCOL_CHECK, name="group_protocol"),
     )
 
     group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), _group_fk(), primary_key=True)
@@ -150,6 +171,16 @@ class MemberRow(Base):
     # The member epoch at which it was last sent its current assignment (DESIGN 3.21): written
     # when its assignment, pending set or state changes, never by an install's epoch-only move.
     stable_since_epoch: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    # Classic members (DESIGN 3.19; NULL for connect-protocol members): the protocol the member
+    # speaks, its protocols with its metadata for each ([{name, version, url, config_offset,
+    # allocation?}]), its own session timeout, the last generation it joined, and its share of
+    # the last accepted assignments ({generation, version, assignment, revoked?, delay,
+    # answered}), answered to SyncGroup retries after a takeover.
+    group_protocol: Mapped[str] = mapped_column(sa.String(16), server_default=GROUP_TYPE_CONNECT)
+    classic_protocols: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    session_timeout_ms: Mapped[int | None] = mapped_column(sa.Integer)
+    last_joined_generation: Mapped[int | None] = mapped_column(sa.Integer)
+    classic_assignment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class ConnectorRow(Base):

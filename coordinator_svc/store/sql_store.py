@@ -148,11 +148,14 @@ class SqlStore:
         """Write `records` in one transaction, if `lease` is still the group's live lease by the
         database's clock; otherwise write nothing and raise LeaseLost naming the holder.
 
-        Records must all belong to the lease's group (ValueError otherwise). No records: nothing
-        to write, returns at once without touching the database."""
+        Records must all belong to the lease's group (ValueError otherwise). No records, or
+        only volatile ones (a classic group's round, which is never persisted): nothing to
+        write, returns at once without touching the database."""
         if not records:
             return
         plan = Plan.of(lease.group_id, records)
+        if plan.empty:
+            return
 
         def write(conn: Connection) -> None:
             self._leases.check(conn, lease)

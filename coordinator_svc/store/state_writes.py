@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from coordinator_svc.core.model import Connector, GroupMeta, Member, TargetAssignment
 from coordinator_svc.core.records import (
+    ClassicRoundRecord,
     ConfigRecord,
     ConnectorRecord,
     ConnectorRemovedRecord,
@@ -51,6 +52,20 @@ class Plan:
     #: plan (DESIGN 3.21): member id -> epoch; written with one statement per epoch.
     moved: dict[str, int] = field(default_factory=dict)
     events: list[EventRecord] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to write: the records were only volatile ones (a classic group's round,
+        DESIGN 3.19), so the commit needs no transaction."""
+        return (
+            self.meta is None
+            and self.configs is None
+            and self.target is None
+            and not self.connectors
+            and not self.members
+            and not self.moved
+            and not self.events
+        )
 
     @staticmethod
     def of(group_id: str, records: Iterable[Record]) -> Plan:
@@ -124,6 +139,9 @@ class _Fold:
 
     def configs(self, record: ConfigRecord) -> None:
         self.plan.configs = record.configs
+
+    def classic_round(self, record: ClassicRoundRecord) -> None:
+        pass  # the round is not persisted (DESIGN 3.19 "Takeover")
 
     def event(self, record: EventRecord) -> None:
         self.plan.events.append(record)

@@ -20,11 +20,12 @@ BASELINE = PROTOS / "baseline" / "connect-group-v1.binpb"
 COMMON = "connect/group/v1/common.proto"
 COORDINATOR = "connect/group/v1/coordinator.proto"
 ADMIN = "connect/group/v1/admin.proto"
+CLASSIC = "connect/group/v1/classic.proto"
 #: The STANDARD rules the contract's names break (DESIGN 2.1), and nothing else.
 CONTRACT_EXCEPTIONS = {
     "ENUM_VALUE_PREFIX": {COMMON},
     "ENUM_ZERO_VALUE_SUFFIX": {COMMON},
-    "SERVICE_SUFFIX": {ADMIN, COORDINATOR},
+    "SERVICE_SUFFIX": {ADMIN, CLASSIC, COORDINATOR},
 }
 
 

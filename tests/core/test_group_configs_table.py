@@ -11,12 +11,19 @@ import pytest
 from connect_protocol.configs import (
     ASSIGNMENT_INTERVAL,
     ASSIGNOR_CONFIG_KEYS,
+    ASSIGNOR_PRINCIPAL_LIST,
     ASSIGNOR_PRINCIPALS,
     CONFIG_KEYS,
+    EVERY_GROUP_TYPE,
     GROUP_CONFIGS,
+    GROUP_TYPE_CLASSIC,
+    GROUP_TYPE_CONNECT,
     HEARTBEAT_INTERVAL,
+    SCHEDULED_REBALANCE_MAX_DELAY,
     SESSION_TIMEOUT,
     IntConfig,
+    applies_to,
+    configs_of,
     cross_key_problem,
 )
 from coordinator_svc.cli import _defaults_problem, build_parser
@@ -104,3 +111,18 @@ def test_the_readmes_configuration_table_lists_every_row() -> None:
         assert f"`{row.flag}` (`{row.env}`)" in line, row.name
         assert f"| {row.type_name} |" in line, row.name
         assert f"| {row.default} |" in line or row.default == "", row.name
+
+
+def test_each_row_names_the_group_types_it_applies_to() -> None:
+    """DESIGN 3.19: connect groups read every configuration; a classic group's members choose
+    their own timeouts, so only the leader's delay and who may lead apply to it (AlterGroupConfigs
+    on a classic group refuses the others)."""
+    assert configs_of(GROUP_TYPE_CONNECT) == GROUP_CONFIGS
+    assert {row.name for row in configs_of(GROUP_TYPE_CLASSIC)} == {
+        SCHEDULED_REBALANCE_MAX_DELAY.name,
+        ASSIGNOR_PRINCIPAL_LIST.name,
+    }
+    for row in GROUP_CONFIGS:
+        assert row.group_types <= EVERY_GROUP_TYPE and applies_to(row, GROUP_TYPE_CONNECT)
+    assert not applies_to(SESSION_TIMEOUT, GROUP_TYPE_CLASSIC)
+    assert applies_to(ASSIGNOR_PRINCIPAL_LIST, GROUP_TYPE_CLASSIC)

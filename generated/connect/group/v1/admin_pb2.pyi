@@ -183,18 +183,20 @@ class ListGroupsResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[ListedGroup, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListedGroup(_message.Message):
-    __slots__ = ("group_id", "group_type", "state", "group_epoch", "member_count")
+    __slots__ = ("group_id", "group_type", "state", "group_epoch", "member_count", "protocol_name")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_TYPE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_NAME_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     group_type: str
     state: str
     group_epoch: int
     member_count: int
-    def __init__(self, group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., member_count: _Optional[int] = ...) -> None: ...
+    protocol_name: str
+    def __init__(self, group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., member_count: _Optional[int] = ..., protocol_name: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupsRequest(_message.Message):
     __slots__ = ("group_ids", "include_config_values")
@@ -211,7 +213,7 @@ class DescribeGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[DescribedGroup, _Mapping]]] = ...) -> None: ...
 
 class DescribedGroup(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_id", "group_type", "state", "group_epoch", "assignment_epoch", "assignor_name", "assignor_member_id", "assignor_unavailable_reason", "scheduled_rebalance_at_ms", "catalogue", "group_configs", "members", "last_assignment_error", "last_assignment_error_message", "coordinator_time_ms", "assignor_state", "lost_work_rebalance_at_ms", "next_wave_at_ms", "next_assignment_request_at_ms", "assignment_requested_epoch")
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "state", "group_epoch", "assignment_epoch", "assignor_name", "assignor_member_id", "assignor_unavailable_reason", "scheduled_rebalance_at_ms", "catalogue", "group_configs", "members", "last_assignment_error", "last_assignment_error_message", "coordinator_time_ms", "assignor_state", "lost_work_rebalance_at_ms", "next_wave_at_ms", "next_assignment_request_at_ms", "assignment_requested_epoch", "classic")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +243,7 @@ class DescribedGroup(_message.Message):
     NEXT_WAVE_AT_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_ASSIGNMENT_REQUEST_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_REQUESTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CLASSIC_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_id: str
@@ -263,10 +266,35 @@ class DescribedGroup(_message.Message):
     next_wave_at_ms: int
     next_assignment_request_at_ms: int
     assignment_requested_epoch: int
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ..., lost_work_rebalance_at_ms: _Optional[int] = ..., next_wave_at_ms: _Optional[int] = ..., next_assignment_request_at_ms: _Optional[int] = ..., assignment_requested_epoch: _Optional[int] = ...) -> None: ...
+    classic: ClassicGroupDescription
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ..., lost_work_rebalance_at_ms: _Optional[int] = ..., next_wave_at_ms: _Optional[int] = ..., next_assignment_request_at_ms: _Optional[int] = ..., assignment_requested_epoch: _Optional[int] = ..., classic: _Optional[_Union[ClassicGroupDescription, _Mapping]] = ...) -> None: ...
+
+class ClassicGroupDescription(_message.Message):
+    __slots__ = ("state", "generation_id", "protocol_type", "protocol_name", "leader_id", "leader_unavailable_reason", "pending_member_ids", "members_joined", "members_awaiting_sync", "rebalance_reason")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    PENDING_MEMBER_IDS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_JOINED_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_AWAITING_SYNC_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_REASON_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    generation_id: int
+    protocol_type: str
+    protocol_name: str
+    leader_id: str
+    leader_unavailable_reason: str
+    pending_member_ids: _containers.RepeatedScalarFieldContainer[str]
+    members_joined: _containers.RepeatedScalarFieldContainer[str]
+    members_awaiting_sync: _containers.RepeatedScalarFieldContainer[str]
+    rebalance_reason: str
+    def __init__(self, state: _Optional[str] = ..., generation_id: _Optional[int] = ..., protocol_type: _Optional[str] = ..., protocol_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_unavailable_reason: _Optional[str] = ..., pending_member_ids: _Optional[_Iterable[str]] = ..., members_joined: _Optional[_Iterable[str]] = ..., members_awaiting_sync: _Optional[_Iterable[str]] = ..., rebalance_reason: _Optional[str] = ...) -> None: ...
 
 class DescribedMember(_message.Message):
-    __slots__ = ("member_id", "instance_id", "url", "member_epoch", "state", "current_assignment", "pending_revocation", "target_assignment", "assignors", "rebalance_timeout_ms", "fencing_tokens")
+    __slots__ = ("member_id", "instance_id", "url", "member_epoch", "state", "current_assignment", "pending_revocation", "target_assignment", "assignors", "rebalance_timeout_ms", "fencing_tokens", "group_protocol", "classic")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +306,8 @@ class DescribedMember(_message.Message):
     ASSIGNORS_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    CLASSIC_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     instance_id: str
     url: str
@@ -289,7 +319,21 @@ class DescribedMember(_message.Message):
     assignors: _containers.RepeatedCompositeFieldContainer[_common_pb2.Assignor]
     rebalance_timeout_ms: int
     fencing_tokens: _containers.RepeatedCompositeFieldContainer[_common_pb2.FencingToken]
-    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., member_epoch: _Optional[int] = ..., state: _Optional[str] = ..., current_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending_revocation: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., assignors: _Optional[_Iterable[_Union[_common_pb2.Assignor, _Mapping]]] = ..., rebalance_timeout_ms: _Optional[int] = ..., fencing_tokens: _Optional[_Iterable[_Union[_common_pb2.FencingToken, _Mapping]]] = ...) -> None: ...
+    group_protocol: str
+    classic: ClassicMemberDescription
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., member_epoch: _Optional[int] = ..., state: _Optional[str] = ..., current_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending_revocation: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., assignors: _Optional[_Iterable[_Union[_common_pb2.Assignor, _Mapping]]] = ..., rebalance_timeout_ms: _Optional[int] = ..., fencing_tokens: _Optional[_Iterable[_Union[_common_pb2.FencingToken, _Mapping]]] = ..., group_protocol: _Optional[str] = ..., classic: _Optional[_Union[ClassicMemberDescription, _Mapping]] = ...) -> None: ...
+
+class ClassicMemberDescription(_message.Message):
+    __slots__ = ("protocols", "session_timeout_ms", "last_joined_generation", "synced")
+    PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_JOINED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SYNCED_FIELD_NUMBER: _ClassVar[int]
+    protocols: _containers.RepeatedScalarFieldContainer[str]
+    session_timeout_ms: int
+    last_joined_generation: int
+    synced: bool
+    def __init__(self, protocols: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., last_joined_generation: _Optional[int] = ..., synced: _Optional[bool] = ...) -> None: ...
 
 class FindCoordinatorRequest(_message.Message):
     __slots__ = ("group_id",)
