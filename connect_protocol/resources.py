@@ -198,7 +198,7 @@ def catalogue_with(base: ResourceSet, changes: Iterable[CatalogueChange]) -> Res
     connectors = set(base.connectors)
     tasks = set(base.tasks)
     added: list[TaskId] = []
-    removed: set[TaskId] = set()
+    shrunk = False
     for name, was, now in changes:
         before = 0 if was is None else was
         after = 0 if now is None else now
@@ -207,22 +207,20 @@ def catalogue_with(base: ResourceSet, changes: Iterable[CatalogueChange]) -> Res
         else:
             connectors.add(name)
         if after < before:
-            gone = {TaskId(name, i) for i in range(after, before)}
-            tasks.difference_update(gone)
-            removed |= gone
+            tasks.difference_update(TaskId(name, i) for i in range(after, before))
+            shrunk = True
         elif after > before:
             more = [TaskId(name, i) for i in range(before, after)]
             tasks.update(more)
             added.extend(more)
     frozen = frozenset(tasks)
     ordered = base._ordered_tasks
-    if ordered is not None and (added or removed):
-        kept = [*filterfalse(removed.__contains__, ordered)] if removed else [*ordered]
-        if added:
-            fresh = sorted(set(added) - base.tasks) if removed or len(added) > 1 else added
-            kept.extend(fresh)
-            kept.sort()  # two sorted runs: one merge pass
-        ordered = tuple(kept) if len(kept) == len(frozen) else None
+    if ordered is not None and (added or shrunk):
+        # The kept tasks in base's order, then the new ones (every task not in base was added).
+        kept = [*filter(frozen.__contains__, ordered)] if shrunk else [*ordered]
+        kept.extend(sorted(frozen.intersection(added).difference(base.tasks)))
+        kept.sort()  # two sorted runs: one merge pass
+        ordered = tuple(kept)
     return ResourceSet.in_order(frozenset(connectors), frozen, ordered)
 
 
