@@ -154,6 +154,8 @@ class Sample:
     ms: float
     code: int
     member: str
+    sent_owned: bool = False  # the request carried the owned list
+    got_assignment: bool = False  # the answer carried an assignment
 
 
 @dataclass
@@ -195,6 +197,7 @@ class Member:
 
     def beat(self) -> Any:
         req = self.request()
+        sent_owned = req.HasField("connectors_and_tasks")
         started = time.perf_counter()
         try:
             resp = self.run.coordinator.ConnectGroupHeartbeat(req, timeout=60)
@@ -202,7 +205,14 @@ class Member:
         except grpc.RpcError as error:
             resp, code = None, -int(error.code().value[0])  # type: ignore[union-attr]
         self.samples.append(
-            Sample(started, (time.perf_counter() - started) * 1000, code, self.member_id)
+            Sample(
+                started,
+                (time.perf_counter() - started) * 1000,
+                code,
+                self.member_id,
+                sent_owned,
+                resp is not None and resp.HasField("assignment"),
+            )
         )
         if resp is None:
             return None
@@ -430,6 +440,15 @@ def samples_of(members: list[Member], since: float, until: float) -> list[Sample
 def lat(samples: list[Sample]) -> dict[str, Any]:
     out = summary([s.ms for s in samples])
     out["errors"] = sorted({s.code for s in samples if s.code not in (NONE, COMPUTE_ASSIGNMENT)})
+    start = min((s.at for s in samples), default=0.0)
+    # The five slowest, to tell which heartbeats pay: ms, s into the phase, member, whether the
+    # request carried the owned list (o) and the answer an assignment (a).
+    out["slowest"] = [
+        f"{s.ms:.0f}ms@{s.at - start:.2f}s {s.member}"
+        + ("o" if s.sent_owned else "")
+        + ("a" if s.got_assignment else "")
+        for s in sorted(samples, key=lambda s: -s.ms)[:5]
+    ]
     return out
 
 

@@ -60,7 +60,7 @@ def test_a_task_number_of_zero_is_present_in_a_token_and_absent_in_a_task() -> N
 
 
 def test_the_entries_kept_are_bounded() -> None:
-    entries = wire_entries._Entries(wire_entries._task_entry, max_entries=100)
+    entries = wire_entries._Entries(wire_entries._task_entries, max_entries=100)
     for i in range(10):
         batch = [TaskId(f"c{i}", n) for n in range(30)]
         joined = entries.join(batch)
@@ -71,7 +71,7 @@ def test_the_entries_kept_are_bounded() -> None:
 
 
 def test_entries_are_built_once_per_task() -> None:
-    entries = wire_entries._Entries(wire_entries._task_entry)
+    entries = wire_entries._Entries(wire_entries._task_entries)
     batch = [TaskId("once", n) for n in range(50)]
     entries.join(batch)
     entries.join(batch[::-1])

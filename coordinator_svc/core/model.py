@@ -499,45 +499,54 @@ class GroupState:
 
     # --- owner index, maintained by replay ---
 
-    def _index_member(self, member: Member, add: bool) -> None:
-        owned = member.owned
-        for c in owned.connectors:
-            if add:
-                holder = self.connector_owner.get(c)
-                if holder is not None and holder != member.member_id:
+    def _reindex_member(self, old: Member | None, new: Member | None) -> None:
+        """Move the owner index from `old` to `new` (the same member id; None: absent).
+
+        Only the difference is touched: a reconciling member's share changes by a few tasks
+        while it owns 10,000, and re-indexing the whole share on every change (a Python step
+        per task, twice) was a large part of its heartbeat (issue 24). The differences are
+        computed in C; every conflict is found before anything changes, so a refused put
+        leaves the index as it was.
+        """
+        member_id = (new or old).member_id  # type: ignore[union-attr]
+        before = EMPTY if old is None else old.owned
+        after = EMPTY if new is None else new.owned
+        if before is not after:
+            added_connectors = after.connectors - before.connectors
+            added_tasks = after.tasks - before.tasks
+            for c in self.connector_owner.keys() & added_connectors:
+                holder = self.connector_owner[c]
+                if holder != member_id:
                     raise IllegalStateError(
-                        f"connector {c} would be owned by {member.member_id} and {holder}"
+                        f"connector {c} would be owned by {member_id} and {holder}"
                     )
-                self.connector_owner[c] = member.member_id
-            elif self.connector_owner.get(c) == member.member_id:
-                del self.connector_owner[c]
-        for t in owned.tasks:
-            if add:
-                holder = self.task_owner.get(t)
-                if holder is not None and holder != member.member_id:
-                    raise IllegalStateError(
-                        f"task {t} would be owned by {member.member_id} and {holder}"
-                    )
-                self.task_owner[t] = member.member_id
-            elif self.task_owner.get(t) == member.member_id:
-                del self.task_owner[t]
-        if member.instance_id is not None:
-            if add:
-                self.instance_owner[member.instance_id] = member.member_id
-            elif self.instance_owner.get(member.instance_id) == member.member_id:
-                del self.instance_owner[member.instance_id]
+            for t in self.task_owner.keys() & added_tasks:
+                holder = self.task_owner[t]
+                if holder != member_id:
+                    raise IllegalStateError(f"task {t} would be owned by {member_id} and {holder}")
+            connector_owner, task_owner = self.connector_owner, self.task_owner
+            for c in before.connectors - after.connectors:
+                if connector_owner.get(c) == member_id:
+                    del connector_owner[c]
+            for t in before.tasks - after.tasks:
+                if task_owner.get(t) == member_id:
+                    del task_owner[t]
+            connector_owner.update(dict.fromkeys(added_connectors, member_id))
+            task_owner.update(dict.fromkeys(added_tasks, member_id))
+        old_instance = None if old is None else old.instance_id
+        new_instance = None if new is None else new.instance_id
+        if (
+            old_instance is not None
+            and old_instance != new_instance
+            and self.instance_owner.get(old_instance) == member_id
+        ):
+            del self.instance_owner[old_instance]
+        if new_instance is not None:
+            self.instance_owner[new_instance] = member_id
 
     def put_member(self, member: Member) -> None:
         old = self.members.get(member.member_id)
-        if old is not None:
-            self._index_member(old, add=False)
-        try:
-            self._index_member(member, add=True)
-        except IllegalStateError:
-            self._index_member(member, add=False)
-            if old is not None:
-                self._index_member(old, add=True)
-            raise
+        self._reindex_member(old, member)
         self.members[member.member_id] = member
         self._index_selection(old, member)
         if self.settled(member):
@@ -558,7 +567,7 @@ class GroupState:
     def remove_member(self, member_id: str) -> None:
         old = self.members.pop(member_id, None)
         if old is not None:
-            self._index_member(old, add=False)
+            self._reindex_member(old, None)
             self._index_selection(old, None)
         self.unsettled.discard(member_id)
 
