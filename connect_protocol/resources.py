@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from itertools import filterfalse
 from typing import NamedTuple, Protocol
 
+from .ordering import sorted_in_chunks
+
 
 class TaskId(NamedTuple):
     """A task of a connector: `connector-task`, tasks numbered from 0.
@@ -73,10 +75,10 @@ class ResourceSet:
         if mine is not None and (theirs is not None or len(other.tasks) * 4 <= len(mine)):
             added = [*filterfalse(self.tasks.__contains__, theirs or other.tasks)]
             if theirs is None:
-                added.sort()
+                added = sorted_in_chunks(added)
             ordered = tuple(sorted((*mine, *added))) if added else mine
         elif theirs is not None and len(self.tasks) * 4 <= len(theirs):
-            added = sorted(filterfalse(other.tasks.__contains__, self.tasks))
+            added = sorted_in_chunks(filterfalse(other.tasks.__contains__, self.tasks))
             ordered = tuple(sorted((*theirs, *added))) if added else theirs
         return ResourceSet.in_order(self.connectors | other.connectors, tasks, ordered)
 
@@ -118,7 +120,7 @@ class ResourceSet:
         """The tasks sorted by (connector, task), sorted on the first call only."""
         ordered = self._ordered_tasks
         if ordered is None:
-            ordered = tuple(sorted(self.tasks))  # (connector, task) tuples: compared in C
+            ordered = tuple(sorted_in_chunks(self.tasks))  # (connector, task) tuples: in C
             object.__setattr__(self, "_ordered_tasks", ordered)
         return ordered
 
@@ -218,7 +220,7 @@ def catalogue_with(base: ResourceSet, changes: Iterable[CatalogueChange]) -> Res
     if ordered is not None and (added or shrunk):
         # The kept tasks in base's order, then the new ones (every task not in base was added).
         kept = [*filter(frozen.__contains__, ordered)] if shrunk else [*ordered]
-        kept.extend(sorted(frozen.intersection(added).difference(base.tasks)))
+        kept.extend(sorted_in_chunks(frozen.intersection(added).difference(base.tasks)))
         kept.sort()  # two sorted runs: one merge pass
         ordered = tuple(kept)
     return ResourceSet.in_order(frozenset(connectors), frozen, ordered)

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain, repeat
 from typing import Any
 
+from .ordering import sorted_in_chunks
 from .resources import ResourceSet, TaskId
 
 Resource = str | TaskId
@@ -144,7 +145,7 @@ class FencingTokens(Mapping[Resource, int]):
         """(task, token), sorted by task: sorted on the first call only, not to be changed."""
         ordered = self._tasks
         if ordered is None:
-            ordered = self._tasks = sorted(self._by_task.items())  # distinct tasks: in C
+            ordered = self._tasks = sorted_in_chunks(self._by_task.items())  # distinct tasks
         return ordered
 
     def to_json(self) -> dict[str, Any]:

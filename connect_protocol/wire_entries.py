@@ -51,6 +51,8 @@ _SMALL_VARINTS = tuple(_encode_varint(n) for n in range(1 << 14))
 def _varint(value: int) -> bytes:
     if 0 <= value < 16384:
         return _SMALL_VARINTS[value]
+    if 0 <= value < 1 << 21:  # three bytes: task numbers of a 100,000-task connector
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     return _encode_varint(value)
 
 

@@ -108,3 +108,10 @@ def test_bytes_it_does_not_read_are_left_to_protobuf() -> None:
     extra = wire.resources_to(share)
     extra_bytes = extra.SerializeToString() + b"\x18\x01"
     assert wire.resources_from(common_pb2.ConnectorsAndTasks.FromString(extra_bytes)) == share
+
+
+@given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1))
+def test_a_varint_is_what_protobuf_writes(value: int) -> None:
+    msg = common_pb2.FencingToken(connector="c", token=value)
+    data = msg.SerializeToString()
+    assert data.endswith(b"\x18" + wire_entries._varint(value)) or value == 0

@@ -33,6 +33,7 @@ from connect_protocol.messages import (
     PrepareRequest,
     PrepareResponse,
 )
+from connect_protocol.ordering import sorted_in_chunks
 from connect_protocol.resources import ResourceSet, TaskId
 
 from .change import GroupChange
@@ -526,7 +527,7 @@ def _moves(
         after.update(dict.fromkeys(gained.tasks, member_id))
     # A target gives a resource to one member at most, so a resource a changed member kept is
     # in neither map, and one in either map changed its owner.
-    named = sorted(
+    named = sorted_in_chunks(
         (str(resource), before.get(resource), after.get(resource))
         for resource in before.keys() | after.keys()
     )
