@@ -108,6 +108,42 @@ class _Json:
         )
         return f"{self.task_connector(alias)} || '-' || {number}"
 
+    def task_ranges(self, doc: str, base: str, alias: str, number: str) -> str:
+        """A table of the set's ranged tasks: each range (`<alias>.value`) joined with its task
+        numbers (`<number>.value`)."""
+        if self.dialect == "postgresql":
+            arr = f"{doc}->'task_ranges'"
+            return (
+                f"jsonb_array_elements(CASE WHEN jsonb_typeof({arr}) = 'array' "
+                f"THEN {arr} ELSE '[]'::jsonb END) AS {alias}(value) "
+                f"CROSS JOIN generate_series(({alias}.value->>'first')::int, "
+                f"({alias}.value->>'last')::int) AS {number}(value)"
+            )
+        # No generate_series in SQLite: numbers from a recursive CTE up to the largest `last`
+        # of any range in this column of `base`.
+        table, _, own = base.partition(" ")
+        largest = (
+            f"SELECT coalesce(max(CAST(json_extract(x.value, '$.last') AS INTEGER)), -1) "
+            f"FROM {table} {own} CROSS JOIN json_each({doc}, '$.task_ranges') AS x"
+        )
+        numbers = (
+            f"(WITH RECURSIVE s(value) AS (SELECT 0 UNION ALL SELECT value + 1 FROM s "
+            f"WHERE value + 1 <= ({largest})) SELECT value FROM s) AS {number}"
+        )
+        return (
+            f"json_each({doc}, '$.task_ranges') AS {alias} JOIN {numbers} "
+            f"ON {number}.value BETWEEN CAST(json_extract({alias}.value, '$.first') AS INTEGER) "
+            f"AND CAST(json_extract({alias}.value, '$.last') AS INTEGER)"
+        )
+
+    def range_connector(self, alias: str) -> str:
+        if self.dialect == "postgresql":
+            return f"({alias}.value->>'connector')"
+        return f"json_extract({alias}.value, '$.connector')"
+
+    def range_task_name(self, alias: str, number: str) -> str:
+        return f"{self.range_connector(alias)} || '-' || CAST({number}.value AS TEXT)"
+
     def null_int(self) -> str:
         return "CAST(NULL AS INTEGER)"
 
@@ -117,9 +153,10 @@ class _Json:
 
 
 def _items(j: _Json, doc: str, select: str, tail: str, base: str, where: str | None = None) -> str:
-    """`select` over every resource of the set `doc` of `base`: one SELECT for its connectors
-    and one for its tasks, united; `select` names the resource as `{resource}`, `{kind}`,
-    `{connector}`, `{task}`; `where` filters the rows of `base`."""
+    """`select` over every resource of the set `doc` of `base`: one SELECT for its connectors,
+    one for its tasks and one for its task ranges (the stored form of large sets,
+    `coordinator_svc.store.stored_sets`), united; `select` names the resource as `{resource}`,
+    `{kind}`, `{connector}`, `{task}`; `where` filters the rows of `base`."""
     tail = f"{tail} WHERE {where}" if where else tail
     connector = select.format(
         resource="c.value", kind="'connector'", connector="c.value", task=j.null_int()
@@ -130,10 +167,18 @@ def _items(j: _Json, doc: str, select: str, tail: str, base: str, where: str | N
         connector=j.task_connector("t"),
         task=j.task_number("t"),
     )
+    ranged = select.format(
+        resource=j.range_task_name("r", "n"),
+        kind="'task'",
+        connector=j.range_connector("r"),
+        task="n.value",
+    )
     return (
         f"SELECT {connector} FROM {base} CROSS JOIN {j.connectors(doc, 'c')} {tail}\n"
         f"UNION ALL\n"
-        f"SELECT {task} FROM {base} CROSS JOIN {j.tasks(doc, 't')} {tail}"
+        f"SELECT {task} FROM {base} CROSS JOIN {j.tasks(doc, 't')} {tail}\n"
+        f"UNION ALL\n"
+        f"SELECT {ranged} FROM {base} CROSS JOIN {j.task_ranges(doc, base, 'r', 'n')} {tail}"
     )
 
 

@@ -17,8 +17,7 @@ from typing import Any
 
 from connect_protocol.classic_messages import ClassicProtocol, ConnectWorkerMetadata
 from connect_protocol.messages import Assignor
-from connect_protocol.resources import ResourceSet, TaskId
-from connect_protocol.tokens import FencingTokens
+from connect_protocol.resources import ResourceSet
 from coordinator_svc.core.classic_model import (
     KNOWN_GROUP_TYPES,
     AcceptedAssignment,
@@ -45,6 +44,12 @@ from coordinator_svc.core.records import (
     MemberRecord,
     Record,
     TargetRecord,
+)
+from coordinator_svc.store.stored_sets import (
+    resources_column,
+    resources_from_column,
+    tokens_column,
+    tokens_from_column,
 )
 
 Row = Mapping[str, Any]
@@ -79,7 +84,8 @@ def ms_to_datetime(at_ms: int) -> datetime:
 
 
 def _resources(data: Any) -> ResourceSet:
-    return ResourceSet.from_json(data)
+    """A stored set in either of its forms (`stored_sets`)."""
+    return resources_from_column(data)
 
 
 def _b64(data: bytes) -> str:
@@ -139,15 +145,7 @@ _AFTER_EVERY_TASK = 1 << 64
 def expand_resources(data: Any) -> ResourceSet:
     """The inverse of `compact_resources`; also reads the plain form (`ResourceSet.to_json`)
     that earlier versions stored."""
-    if not isinstance(data, dict) or "task_ranges" not in data:
-        return _resources(data)
-    tasks = [
-        TaskId(str(connector), n)
-        for connector, spans in data["task_ranges"].items()
-        for first, last in spans
-        for n in range(int(first), int(last) + 1)
-    ]
-    return ResourceSet(frozenset(str(c) for c in data["connectors"]), frozenset(tasks))
+    return resources_from_column(data)
 
 
 # --- groups -------------------------------------------------------------------------------
@@ -184,7 +182,7 @@ def _group_row(meta: GroupMeta, with_prepared: bool) -> dict[str, Any]:
         "holds": [
             {
                 "member_id": h.member_id,
-                "resources": h.resources.to_json(),
+                "resources": resources_column(h.resources),
                 "until_ms": h.until_ms,
                 "principal": h.principal,
                 "instance_id": h.instance_id,
@@ -306,7 +304,7 @@ def _metadata_json(name: str, m: ConnectWorkerMetadata) -> dict[str, Any]:
         "config_offset": m.config_offset,
     }
     if m.allocation is not None:
-        out["allocation"] = m.allocation.to_json()
+        out["allocation"] = resources_column(m.allocation)
     return out
 
 
@@ -327,12 +325,12 @@ def _accepted_json(a: AcceptedAssignment) -> dict[str, Any]:
     out: dict[str, Any] = {
         "generation": a.generation,
         "version": a.version,
-        "assignment": a.assignment.to_json(),
+        "assignment": resources_column(a.assignment),
         "delay": a.delay,
         "answered": a.answered,
     }
     if a.revoked is not None:
-        out["revoked"] = a.revoked.to_json()
+        out["revoked"] = resources_column(a.revoked)
     return out
 
 
@@ -396,10 +394,10 @@ def member_row(group_id: str, member: Member) -> dict[str, Any]:
         "state": member.state.value,
         "rebalance_timeout_ms": member.rebalance_timeout_ms,
         "assignors": [_assignor_json(a) for a in member.assignors],
-        "assigned": member.assigned.to_json(),
-        "pending_revocation": member.pending_revocation.to_json(),
+        "assigned": resources_column(member.assigned),
+        "pending_revocation": resources_column(member.pending_revocation),
         "principal": member.principal,
-        "fencing_tokens": member.tokens.to_json(),
+        "fencing_tokens": tokens_column(member.tokens),
         "last_grant_at_ms": member.last_grant_at_ms,
         "stable_since_epoch": member.stable_since_epoch,
         **_classic_member_columns(member.classic),
@@ -437,7 +435,7 @@ def member_from_row(row: Row) -> Member:
         assigned=_resources(row["assigned"]),
         pending_revocation=_resources(row["pending_revocation"]),
         principal=row["principal"],
-        tokens=FencingTokens.from_json(row["fencing_tokens"]),
+        tokens=tokens_from_column(row["fencing_tokens"]),
         last_grant_at_ms=int(row["last_grant_at_ms"]),
         stable_since_epoch=int(row["stable_since_epoch"]),
         classic=_classic_member_from_row(row),
@@ -502,7 +500,7 @@ def target_member_rows(
         {
             "group_id": group_id,
             "member_id": member_id,
-            "resources": entries[member_id].resources.to_json(),
+            "resources": resources_column(entries[member_id].resources),
             "version": entries[member_id].version,
             "metadata": bytes(entries[member_id].metadata),
         }

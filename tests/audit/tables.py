@@ -64,6 +64,11 @@ def _names(rs: Any) -> list[tuple[str, str, str, int | None]]:
         (f"{t['connector']}-{t['task']}", "task", t["connector"], int(t["task"]))
         for t in rs.get("tasks", [])
     ]
+    out += [  # a large set's stored form (coordinator_svc.store.stored_sets)
+        (f"{r['connector']}-{n}", "task", r["connector"], n)
+        for r in rs.get("task_ranges", [])
+        for n in range(int(r["first"]), int(r["last"]) + 1)
+    ]
     return out
 
 

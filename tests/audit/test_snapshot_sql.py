@@ -19,11 +19,15 @@ from pyspark.sql import SparkSession
 
 from audit_export import snapshot, snapshot_sql, source
 from connect_protocol.configs import config_digest
-from coordinator_svc.store import schema
+from connect_protocol.resources import ResourceSet
+from coordinator_svc.store import schema, stored_sets
 from coordinator_svc.store.migrate import normalize_url, upgrade_to_head
 from tests.audit import tables as T
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+BIG = ResourceSet.of(["R"], [("R", n) for n in range(300) if n != 150] + [("S", 0)])
+BIG_COLUMN = stored_sets.resources_column(BIG)
+BIG_PENDING = ResourceSet.of([], [("P", n) for n in range(400)])
 
 
 def _set(connectors: list[str] | None = None, tasks: list[tuple[str, int]] | None = None) -> Any:
@@ -92,7 +96,10 @@ def fill(url: str) -> None:
     engine = sa.create_engine(normalize_url(url))
     t = schema.Base.metadata.tables
     with engine.begin() as conn:
-        conn.execute(sa.insert(t["groups"]), [_group("g1", 7), _group("g2", 3), _group("g3", 1)])
+        conn.execute(
+            sa.insert(t["groups"]),
+            [_group("g1", 7), _group("g2", 3), _group("g3", 1), _group("g4", 2)],
+        )
         conn.execute(
             sa.insert(t["connectors"]),
             [
@@ -117,6 +124,8 @@ def fill(url: str) -> None:
                 _member("g2", "w1", _set(["A"], [("A", 0)]), _set([], [])),
                 # a group without a target assignment
                 _member("g3", "solo", _set([], [("X", 3)]), _set([], [])),
+                # large sets, stored as task ranges (R with a gap: two runs)
+                _member("g4", "big", BIG_COLUMN, stored_sets.resources_column(BIG_PENDING)),
             ],
         )
         conn.execute(
@@ -129,6 +138,14 @@ def fill(url: str) -> None:
                     "scheduled_rebalance_at_ms": 99,
                     "lost_work_rebalance_at_ms": 98,
                     "next_wave_at_ms": 97,
+                },
+                {
+                    "group_id": "g4",
+                    "assignment_epoch": 2,
+                    "assignor_state": b"",
+                    "scheduled_rebalance_at_ms": None,
+                    "lost_work_rebalance_at_ms": None,
+                    "next_wave_at_ms": None,
                 },
                 {
                     "group_id": "g2",
@@ -170,6 +187,13 @@ def fill(url: str) -> None:
                     "group_id": "g2",
                     "member_id": "w1",
                     "resources": _set(["A"], [("A", 0)]),
+                    "version": 2,
+                    "metadata": b"",
+                },
+                {
+                    "group_id": "g4",
+                    "member_id": "big",
+                    "resources": BIG_COLUMN,
                     "version": 2,
                     "metadata": b"",
                 },
@@ -248,6 +272,12 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
         ("g3", "solo", None, "X-3", "task", "X", 3, False, 5, 4, "STABLE", 1, None, None)
     ]
     assert {(r[0], r[13]) for r in current if r[3] == "A"} == {("g1", "w1"), ("g2", "w1")}
+    # Large sets stored as ranges are flattened task by task, the gap kept.
+    assert "task_ranges" in BIG_COLUMN
+    big = {r[3] for r in current if r[0] == "g4" and not r[7]}
+    assert big == {"R", "S-0", *(f"R-{n}" for n in range(300) if n != 150)}
+    assert {r[3] for r in current if r[0] == "g4" and r[7]} == {f"P-{n}" for n in range(400)}
+    assert {r[2] for r in target if r[0] == "g4"} == big
 
 
 def test_a_condition_on_the_key_splits_the_rows_without_loss_or_overlap(filled: str) -> None:
@@ -274,7 +304,7 @@ def test_reads_see_the_database_as_it_was_when_pinned(
         with source.pinned_snapshot(spark, src) as pin:
             stats, session_init = pin.stats, pin.session_init
             assert session_init is not None
-            assert stats.rows["members"] == 5
+            assert stats.rows["members"] == 6
             # Committed after the pin: a new member, and w1 of g1 is given B as well.
             with engine.begin() as conn:
                 conn.execute(sa.insert(members), [_member("g1", "late", _set(["B"]), _set())])

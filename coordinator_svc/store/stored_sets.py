@@ -1,0 +1,129 @@
+"""The stored form of resource sets and fencing tokens in the members and target tables.
+
+A small set is stored as the core writes it everywhere (`ResourceSet.to_json`,
+`FencingTokens.to_json`: one object per task), so that rows of ordinary groups read as before.
+A set of more than `RANGES_ABOVE` tasks is stored with its tasks as runs of consecutive task
+numbers per connector (`task_ranges`: `{"connector", "first", "last"}`, plus `"token"` for
+tokens): a reconciling member of a 100,000-task group holds 10,000 tasks, and its row was about
+a megabyte of JSONB written on every change of its state, 30-50 ms of each commit (issue 24);
+a catalogue's connectors are whole runs, so such a share is a few hundred entries.
+
+    {"connectors": [...], "task_ranges": [{"connector": "A", "first": 0, "last": 99}]}
+    {"connectors": {...}, "task_ranges": [{"connector": "A", "first": 0, "last": 9, "token": 7}]}
+
+Both forms are read, whichever a row holds (rows written before this form, and small sets). The
+audit export's snapshot queries flatten both (`audit_export.snapshot_sql`); the events keep the
+plain form the audit fold reads. The form is a function of the set alone, so equal sets are
+equal text (the group listing compares a member's `assigned` with its target's `resources`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.tokens import NO_TOKENS, FencingTokens
+
+RANGES_ABOVE = 256
+"""Sets of more tasks than this are stored as ranges."""
+
+_AFTER_EVERY_TASK = 1 << 64
+"""A task number above any task's: (connector, it) sorts after each of the connector's tasks."""
+
+
+def resources_column(resources: ResourceSet) -> dict[str, Any]:
+    """The stored form of `resources` (see the module docstring)."""
+    if len(resources.tasks) <= RANGES_ABOVE:
+        return resources.to_json()
+    return {"connectors": resources.sorted_connectors(), "task_ranges": _runs(resources)}
+
+
+def _runs(resources: ResourceSet) -> list[dict[str, Any]]:
+    """The task runs in order. A connector's tasks are found by bisection in the set's order,
+    and those numbered from the first to the last without a gap are one run found without a
+    look at each task: O(connectors x log(tasks)) for whole connectors."""
+    ordered = resources.ordered_tasks()
+    runs: list[dict[str, Any]] = []
+    at, end = 0, len(ordered)
+    while at < end:
+        connector = ordered[at][0]
+        stop = bisect_right(ordered, (connector, _AFTER_EVERY_TASK), at)
+        first, last = ordered[at][1], ordered[stop - 1][1]
+        if last - first == stop - at - 1:  # distinct and sorted: no gap
+            runs.append({"connector": connector, "first": first, "last": last})
+        else:
+            run: dict[str, Any] | None = None
+            for _, number in ordered[at:stop]:
+                if run is not None and run["last"] == number - 1:
+                    run["last"] = number
+                else:
+                    run = {"connector": connector, "first": number, "last": number}
+                    runs.append(run)
+        at = stop
+    return runs
+
+
+def resources_from_column(data: Any) -> ResourceSet:
+    """A stored set in either form (absent or malformed: empty)."""
+    if not isinstance(data, dict):
+        return EMPTY
+    runs = data.get("task_ranges")
+    if runs is None:
+        return ResourceSet.from_json(data)
+    if isinstance(runs, dict):  # the Prepare snapshot's form: {connector: [[first, last]]}
+        runs = [
+            {"connector": connector, "first": first, "last": last}
+            for connector, spans in runs.items()
+            for first, last in spans
+        ]
+    tasks = [
+        TaskId(str(run["connector"]), number)
+        for run in runs
+        for number in range(int(run["first"]), int(run["last"]) + 1)
+    ]
+    return ResourceSet(frozenset(str(c) for c in data.get("connectors") or ()), frozenset(tasks))
+
+
+def tokens_column(tokens: FencingTokens) -> dict[str, Any]:
+    """The stored form of `tokens`: runs of consecutive tasks of a connector with one token."""
+    ordered = tokens.ordered_tasks()
+    if len(ordered) <= RANGES_ABOVE:
+        return tokens.to_json()
+    return {"connectors": dict(tokens.connectors()), "task_ranges": _token_runs(ordered)}
+
+
+def _token_runs(ordered: Sequence[tuple[TaskId, int]]) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = []
+    run: dict[str, Any] | None = None
+    for (connector, number), token in ordered:
+        if (
+            run is not None
+            and run["last"] == number - 1
+            and run["token"] == token
+            and run["connector"] == connector
+        ):
+            run["last"] = number
+        else:
+            run = {"connector": connector, "first": number, "last": number, "token": token}
+            runs.append(run)
+    return runs
+
+
+def tokens_from_column(data: Any) -> FencingTokens:
+    """Stored tokens in either form (absent or malformed: none)."""
+    if not isinstance(data, dict):
+        return NO_TOKENS
+    runs = data.get("task_ranges")
+    if runs is None:
+        return FencingTokens.from_json(data)
+    by_task: dict[TaskId | str, int] = {
+        TaskId(str(run["connector"]), number): int(run["token"])
+        for run in runs
+        for number in range(int(run["first"]), int(run["last"]) + 1)
+    }
+    connectors = data.get("connectors") or {}
+    if isinstance(connectors, dict):
+        by_task.update((str(c), int(t)) for c, t in connectors.items())
+    return FencingTokens(by_task)

@@ -1,0 +1,67 @@
+"""The stored form of resource sets and tokens (`coordinator_svc.store.stored_sets`): read back
+exactly, plain below the threshold, ranges above it, small for whole connectors."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.tokens import FencingTokens
+from coordinator_svc.store import stored_sets
+
+tasks = st.builds(TaskId, st.sampled_from(["a", "b", "c-1", "é"]), st.integers(0, 700))
+sets = st.builds(
+    lambda cs, ts: ResourceSet.of(cs, ts),
+    st.frozensets(st.sampled_from(["a", "b", "c-1"]), max_size=3),
+    st.frozensets(tasks, max_size=900),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sets)
+def test_a_set_is_read_back_exactly_in_either_form(resources: ResourceSet) -> None:
+    column = json.loads(json.dumps(stored_sets.resources_column(resources)))
+    assert stored_sets.resources_from_column(column) == resources
+    ranged = len(resources.tasks) > stored_sets.RANGES_ABOVE
+    assert ("task_ranges" in column) is ranged
+    assert ("tasks" in column) is not ranged
+    # Equal sets, equal text (the listing compares columns as text).
+    again = ResourceSet.of(resources.connectors, list(resources.tasks))
+    assert json.dumps(stored_sets.resources_column(again)) == json.dumps(column)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(tasks, st.integers(1, 4), max_size=900), st.integers(1, 9))
+def test_tokens_are_read_back_exactly_in_either_form(by_task: dict[TaskId, int], c: int) -> None:
+    tokens = FencingTokens({**by_task, "a": c})
+    column = json.loads(json.dumps(stored_sets.tokens_column(tokens)))
+    assert stored_sets.tokens_from_column(column) == tokens
+    assert ("task_ranges" in column) is (len(by_task) > stored_sets.RANGES_ABOVE)
+
+
+def test_a_share_of_whole_connectors_is_a_run_per_connector() -> None:
+    share = ResourceSet.of(
+        [f"conn-{c}" for c in range(100)],
+        [TaskId(f"conn-{c}", n) for c in range(100) for n in range(100)],
+    )
+    tokens = FencingTokens.granted(share, 7).with_grant(ResourceSet.of([], [("conn-5", 3)]), 8)
+
+    column = stored_sets.resources_column(share)
+    token_column = stored_sets.tokens_column(tokens)
+
+    assert len(column["task_ranges"]) == 100
+    assert len(token_column["task_ranges"]) == 102  # conn-5 split around the task regranted
+    assert len(json.dumps(column)) < 10_000  # the plain form: about 400 kB
+    assert len(json.dumps(token_column)) < 12_000
+
+
+def test_the_plain_form_and_absent_columns_are_read() -> None:
+    plain = ResourceSet.of(["a"], [("a", 0), ("a", 1)])
+    assert stored_sets.resources_from_column(plain.to_json()) == plain
+    assert stored_sets.resources_from_column(None) == ResourceSet()
+    tokens = FencingTokens({"a": 1, TaskId("a", 0): 2})
+    assert stored_sets.tokens_from_column(tokens.to_json()) == tokens
+    assert not stored_sets.tokens_from_column(None)
