@@ -1,8 +1,10 @@
 """The event table's vocabulary (DESIGN 3.17) as Spark sees it: event types, the payload keys the
 coordinator writes (coordinator_svc/core/*.py: `change.event(...)`), and resource sets.
 
-A resource set is stored as `{"connectors": [...], "tasks": [{"connector", "task"}]}`; a resource
-is named as the coordinator names it: a connector `A`, a task `A-0`.
+A resource set is stored as `{"connectors": [...], "tasks": [{"connector", "task"}]}`, or, above
+256 tasks, with its tasks as runs `"task_ranges": [{"connector", "first", "last"}]`
+(`coordinator_svc.store.stored_sets`); a resource is named as the coordinator names it: a
+connector `A`, a task `A-0`.
 """
 
 from __future__ import annotations
@@ -82,6 +84,18 @@ RESOURCE_SET = StructType(
                 )
             ),
         ),
+        StructField(
+            "task_ranges",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("connector", StringType()),
+                        StructField("first", IntegerType()),
+                        StructField("last", IntegerType()),
+                    ]
+                )
+            ),
+        ),
     ]
 )
 
@@ -143,17 +157,37 @@ def parsed(events: DataFrame) -> DataFrame:
     )
 
 
+def _tasks(resource_set: Column) -> Column:
+    """A set's tasks as `{connector, task}` structs, its ranges flattened after its listed tasks
+    (an absent list or range list: none)."""
+    listed = F.coalesce(
+        resource_set["tasks"], F.array().cast("array<struct<connector:string,task:int>>")
+    )
+    ranges = F.coalesce(
+        resource_set["task_ranges"],
+        F.array().cast("array<struct<connector:string,first:int,last:int>>"),
+    )
+    ranged = F.flatten(
+        F.transform(
+            ranges,
+            lambda r: F.transform(
+                F.sequence(r["first"], r["last"]),
+                lambda n: F.struct(r["connector"].alias("connector"), n.alias("task")),
+            ),
+        )
+    )
+    return F.concat(listed, ranged)
+
+
 def names(resource_set: Column) -> Column:
     """A resource set -> its resource names (connectors, then tasks as `connector-task`);
     an absent set -> an empty array."""
     connectors = F.coalesce(resource_set["connectors"], F.array().cast("array<string>"))
-    tasks = F.coalesce(
-        resource_set["tasks"], F.array().cast("array<struct<connector:string,task:int>>")
-    )
     return F.concat(
         connectors,
         F.transform(
-            tasks, lambda t: F.concat(t["connector"], F.lit("-"), t["task"].cast("string"))
+            _tasks(resource_set),
+            lambda t: F.concat(t["connector"], F.lit("-"), t["task"].cast("string")),
         ),
     )
 
@@ -162,9 +196,6 @@ def items(resource_set: Column) -> Column:
     """A resource set -> an array of structs (resource, resource_type, connector, task), one per
     connector (task null) and per task."""
     connectors = F.coalesce(resource_set["connectors"], F.array().cast("array<string>"))
-    tasks = F.coalesce(
-        resource_set["tasks"], F.array().cast("array<struct<connector:string,task:int>>")
-    )
     return F.concat(
         F.transform(
             connectors,
@@ -176,7 +207,7 @@ def items(resource_set: Column) -> Column:
             ),
         ),
         F.transform(
-            tasks,
+            _tasks(resource_set),
             lambda t: F.struct(
                 F.concat(t["connector"], F.lit("-"), t["task"].cast("string")).alias("resource"),
                 F.lit("task").alias("resource_type"),

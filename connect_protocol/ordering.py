@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-CHUNK = 8_192
+CHUNK = 16_384
 """Items sorted by one C call (a few milliseconds of tuples on the 2-core machine)."""
 
 

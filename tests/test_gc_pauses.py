@@ -47,7 +47,10 @@ def test_every_collection_is_observed_by_generation(pauses: Histogram) -> None:
 
 
 def test_a_slow_pause_is_logged_once_a_minute(
-    pauses: Histogram, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    pauses: Histogram,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    restored: None,
 ) -> None:
     observer = gc_pauses.PauseObserver(pauses)
     clock = iter([0.0, 0.5, 1.0, 1.5, 70.0, 70.5])  # start/stop pairs: 0.5 s pauses
@@ -68,3 +71,35 @@ def test_tune_freezes_the_start_up_heap(restored: None) -> None:
     gc_pauses.tune()
     assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == thresholds
+
+
+@pytest.mark.parametrize(
+    ("generation", "pause_s", "collected", "freezes"),
+    [
+        (2, 0.05, 0, True),  # long, freed nothing: the survivors are frozen
+        (2, 0.05, 5_000, False),  # long but freed much: garbage is still being made
+        (2, 0.005, 0, False),  # short
+        (1, 0.05, 0, False),  # not a full collection
+    ],
+)
+def test_a_long_full_collection_that_freed_little_freezes_its_survivors(
+    pauses: Histogram,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    restored: None,
+    generation: int,
+    pause_s: float,
+    collected: int,
+    freezes: bool,
+) -> None:
+    gc.unfreeze()
+    kept = [[i] for i in range(10_000)]  # tracked survivors
+    observer = gc_pauses.PauseObserver(pauses)
+    clock = iter([1.0, 1.0 + pause_s])
+    monkeypatch.setattr(gc_pauses.time, "perf_counter", lambda: next(clock))
+    with caplog.at_level(logging.INFO, logger=gc_pauses.__name__):
+        observer("start", {"generation": generation})
+        observer("stop", {"generation": generation, "collected": collected})
+    assert (observer.frozen_times == 1) is freezes
+    assert (gc.get_freeze_count() >= len(kept)) is freezes
+    assert any(r.getMessage().startswith("froze") for r in caplog.records) is freezes

@@ -65,3 +65,27 @@ def test_the_plain_form_and_absent_columns_are_read() -> None:
     tokens = FencingTokens({"a": 1, TaskId("a", 0): 2})
     assert stored_sets.tokens_from_column(tokens.to_json()) == tokens
     assert not stored_sets.tokens_from_column(None)
+
+
+def test_an_events_large_sets_are_stored_as_ranges_and_the_rest_as_it_is() -> None:
+    big = ResourceSet.of(["a"], [TaskId("a", n) for n in range(300)] + [TaskId("b", 9)])
+    small = ResourceSet.of([], [("a", 1)])
+    payload = {
+        "assigned": big.to_json(),
+        "added": small.to_json(),
+        "moves": [{"resource": "a-1", "from": None, "to": "m"}],
+        "config": {"tasks": "not a set", "connectors": 1},
+        "state": "STABLE",
+    }
+
+    stored = stored_sets.event_payload_column(payload)
+
+    assert stored["assigned"]["task_ranges"] == [
+        {"connector": "a", "first": 0, "last": 299},
+        {"connector": "b", "first": 9, "last": 9},
+    ]
+    assert stored_sets.resources_from_column(stored["assigned"]) == big
+    assert {k: v for k, v in stored.items() if k != "assigned"} == {
+        k: v for k, v in payload.items() if k != "assigned"
+    }
+    assert payload["assigned"] == big.to_json()  # the record's own payload is not changed

@@ -46,6 +46,7 @@ from coordinator_svc.core.records import (
     TargetRecord,
 )
 from coordinator_svc.store.stored_sets import (
+    event_payload_column,
     resources_column,
     resources_from_column,
     tokens_column,
@@ -538,7 +539,7 @@ def event_row(event: EventRecord) -> dict[str, Any]:
         "group_epoch": event.group_epoch,
         "event_type": event.event_type.value,
         "member_id": event.member_id,
-        "payload": dict(event.payload),
+        "payload": event_payload_column(event.payload),
     }
 
 

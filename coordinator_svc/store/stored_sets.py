@@ -12,15 +12,19 @@ a catalogue's connectors are whole runs, so such a share is a few hundred entrie
     {"connectors": {...}, "task_ranges": [{"connector": "A", "first": 0, "last": 9, "token": 7}]}
 
 Both forms are read, whichever a row holds (rows written before this form, and small sets). The
-audit export's snapshot queries flatten both (`audit_export.snapshot_sql`); the events keep the
-plain form the audit fold reads. The form is a function of the set alone, so equal sets are
-equal text (the group listing compares a member's `assigned` with its target's `resources`).
+audit export's snapshot queries flatten both (`audit_export.snapshot_sql`). The form is a
+function of the set alone, so equal sets are equal text (the group listing compares a member's
+`assigned` with its target's `resources`).
+
+Events carry whole sets too (an ASSIGNMENT_DELIVERED names everything its member now holds):
+a set in an event's payload of more than `RANGES_ABOVE` tasks is stored the same way
+(`event_payload_column`); the audit export reads both forms (`audit_export.events`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from connect_protocol.resources import EMPTY, ResourceSet, TaskId
@@ -127,3 +131,37 @@ def tokens_from_column(data: Any) -> FencingTokens:
     if isinstance(connectors, dict):
         by_task.update((str(c), int(t)) for c, t in connectors.items())
     return FencingTokens(by_task)
+
+
+def event_payload_column(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """An event's payload as stored: every resource set in it (`ResourceSet.to_json`'s shape,
+    `{"connectors", "tasks"}`) of more than `RANGES_ABOVE` tasks with its tasks as runs; the
+    rest as it is. The sets' task lists are in order, so a whole connector is one run."""
+    out = dict(payload)
+    for key, value in payload.items():
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("tasks"), list)
+            and len(value["tasks"]) > RANGES_ABOVE
+            and value.keys() <= {"connectors", "tasks"}
+        ):
+            out[key] = {
+                "connectors": value.get("connectors", []),
+                "task_ranges": _listed_runs(value["tasks"]),
+            }
+    return out
+
+
+def _listed_runs(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs of `{"connector", "task"}` objects, consecutive numbers of one connector each (in
+    the order given: sorted tasks give the fewest)."""
+    runs: list[dict[str, Any]] = []
+    run: dict[str, Any] | None = None
+    for task in tasks:
+        connector, number = task["connector"], task["task"]
+        if run is not None and run["last"] == number - 1 and run["connector"] == connector:
+            run["last"] = number
+        else:
+            run = {"connector": connector, "first": number, "last": number}
+            runs.append(run)
+    return runs
