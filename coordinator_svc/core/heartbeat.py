@@ -3,6 +3,7 @@ COMPUTE_ASSIGNMENT signal to the assignor member (seed 000 "Request Handling"; D
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from connect_protocol.configs import ASSIGNMENT_INTERVAL, HEARTBEAT_INTERVAL, SESSION_TIMEOUT
@@ -30,7 +31,7 @@ from connect_protocol.tokens import Resource
 
 from .change import GroupChange
 from .model import GroupConfigDefaults, GroupState, Member, MemberState, next_compute_request_ms
-from .reconciliation import free_in, reconcile
+from .reconciliation import reconcile
 from .records import EventType
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
 from .selection import NoSelection, select_with
@@ -470,7 +471,7 @@ class _Heartbeat:
             target.assignment_epoch,
             target.of(member.member_id).resources,
             owned,
-            free_in(member.member_id, change.connector_owner, change.task_owner),
+            functools.partial(change.free_for, member.member_id),
         )
         if after.assigned != member.assigned:  # O(1) when unchanged (the same sets)
             granted = after.assigned - member.assigned
