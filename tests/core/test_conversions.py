@@ -218,6 +218,7 @@ def classic_group(members: int = 2, generation: int = 4) -> GroupHarness:
     make_classic(h)
 
     def fill(change: GroupChange) -> None:
+        change.set_target(replace(change.target, assignment_epoch=generation))
         change.set_meta(
             group_epoch=generation,
             classic=ClassicGroupMeta(ClassicState.STABLE, "compatible", "c1" if members else None),
