@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from connect_protocol.configs import GROUP_TYPE_CLASSIC, configs_of
 from connect_protocol.safe_text import printable as _p
 
 
@@ -108,15 +109,20 @@ def _classic_members(group: Any) -> list[tuple[str, ...]]:
     return rows
 
 
-def _common_tail(group: Any, lines: list[str]) -> None:
-    """The catalogue and the configurations, as both group types show them."""
+def _common_tail(group: Any, lines: list[str], group_type: str | None = None) -> None:
+    """The catalogue and the configurations; with `group_type`, only the configurations that
+    apply to groups of that type (a classic group's members choose their own timeouts)."""
     catalogue = ", ".join(f"{_p(c.name)} ({c.task_count} tasks)" for c in group.catalogue)
     lines.append(f"  catalogue: {catalogue or 'empty'}")
     for c in group.catalogue:
         if c.config:
             config = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(c.config.items()))
             lines.append(f"    {_p(c.name)} config ({_p(c.config_digest[:24])}): {config}")
-    configs = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(group.group_configs.items()))
+    shown = sorted(group.group_configs.items())
+    if group_type is not None:
+        applicable = {row.name for row in configs_of(group_type)}
+        shown = [(k, v) for k, v in shown if k in applicable]
+    configs = ", ".join(f"{_p(k)}={_p(v)}" for k, v in shown)
     lines.append(f"  configs: {configs}")
 
 
@@ -136,7 +142,7 @@ def render_classic_group(group: Any, now_ms: int) -> str:
             f"  last assignment error {_p(group.last_assignment_error)}: "
             f"{_p(group.last_assignment_error_message)}"
         )
-    _common_tail(group, lines)
+    _common_tail(group, lines, GROUP_TYPE_CLASSIC)
     _table(_classic_members(group), lines)
     if not group.members:
         lines.append("  (no members)")
@@ -144,7 +150,7 @@ def render_classic_group(group: Any, now_ms: int) -> str:
 
 
 def render_group(group: Any, now_ms: int) -> str:
-    if group.group_type == "classic" or group.HasField("classic"):
+    if group.group_type == GROUP_TYPE_CLASSIC or group.HasField("classic"):
         return render_classic_group(group, now_ms)
     lines = [
         f"Group {_p(group.group_id)} ({_p(group.group_type)})  state {_p(group.state)}",
