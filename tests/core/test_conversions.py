@@ -311,3 +311,14 @@ def test_connect_to_classic_to_connect_never_lowers_the_counter() -> None:
     assert seen == sorted(seen) and seen[-1] > seen[0]
     directions = [e.payload["direction"] for e in h.logged_events(EventType.GROUP_CONVERTED)]
     assert directions == ["to_classic", "to_connect"]
+
+
+def test_a_group_created_in_the_same_change_converts() -> None:
+    """What a classic JoinGroup creating its group may do (P1): create, then convert, in one
+    change; the records replay into a new classic group."""
+    change = GroupChange(None, "fresh", 5, DEFAULTS, creator="User:w")
+    assert convertible(change)
+    to_classic(change)
+    state = replay.new_state(change.records())
+    assert state.meta.is_classic and state.group_epoch == state.assignment_epoch == 1
+    assert state.meta.created_by == "User:w"

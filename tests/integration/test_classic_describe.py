@@ -28,6 +28,7 @@ from coordinator_svc.core.classic_model import (
     ClassicState,
     GroupType,
 )
+from coordinator_svc.core.conversion import to_classic
 from coordinator_svc.core.model import Connector, Member
 from coordinator_svc.store import Lease, SqlStore
 from tests.support.client import ScriptedWorker, describe, put_connector
@@ -63,8 +64,9 @@ def classic_member(member_id: str, held: ResourceSet, synced: bool) -> Member:
 
 
 def seed(store: SqlStore, group_id: str, members: bool) -> None:
-    """A classic group at generation 4 with connector A (2 tasks): STABLE with leader c1 (who
-    holds A and A-0, synced) and c2 (not synced), or EMPTY with no members."""
+    """A classic group at generation 4 with connector A (2 tasks) and fencing token counter 7:
+    STABLE with leader c1 (who holds A and A-0, synced) and c2 (not synced), or EMPTY with no
+    members."""
     lease = store.try_acquire(group_id)
     assert isinstance(lease, Lease)
     change = GroupChange(None, group_id, NOW, DEFAULTS, creator="User:ANONYMOUS")
@@ -80,14 +82,20 @@ def seed(store: SqlStore, group_id: str, members: bool) -> None:
         held = ResourceSet.of(["A"], [TaskId("A", 0)])
         change.put_member(classic_member("c1", held, synced=True))
         change.put_member(classic_member("c2", EMPTY, synced=False))
+        store.commit(lease, change.records())
     else:
-        change.set_meta(
-            group_epoch=4,
-            group_type=GroupType.CLASSIC,
-            classic=ClassicGroupMeta(ClassicState.EMPTY),
-            last_fencing_token=7,
-        )
-    store.commit(lease, change.records())
+        # A connect group made by PutConnector, converted by `to_classic` in a second commit
+        # (as a classic JoinGroup would, P1), read back from the database in between.
+        change.set_meta(group_epoch=4, last_fencing_token=7)
+        store.commit(lease, change.records())
+        state = store.load_group(group_id)
+        assert state is not None and not state.meta.is_classic
+        converting = GroupChange(state, group_id, NOW + 1, DEFAULTS)
+        to_classic(converting)
+        store.commit(lease, converting.records())
+        loaded = store.load_group(group_id)
+        assert loaded is not None and loaded.meta.is_classic and loaded.group_epoch == 4
+        assert loaded.meta.last_fencing_token == 7 and list(loaded.catalogue) == ["A"]
     store.release(lease)
 
 
@@ -238,7 +246,8 @@ def test_a_connect_join_converts_an_empty_classic_group(
     assert [m.group_protocol for m in group.members] == ["connect"]
     events = coordinator.store.list_events(EMPTY_CLASSIC)
     converted = [e for e in events if e["event_type"] == "GROUP_CONVERTED"]
-    assert len(converted) == 1 and converted[0]["payload"]["direction"] == "to_connect"
+    assert [e["payload"]["direction"] for e in converted] == ["to_classic", "to_connect"]
+    assert converted[1]["payload"]["generation"] == 4
     listed = stubs.admin.ListGroups(admin_pb2.ListGroupsRequest(), timeout=10)
     row = next(g for g in listed.groups if g.group_id == EMPTY_CLASSIC)
     assert (row.group_type, row.protocol_name, row.member_count) == ("connect", "", 1)
