@@ -116,11 +116,18 @@ def list_groups(args: argparse.Namespace) -> int:
             if _check(resp):
                 return 1
             if header:
-                print(f"{'GROUP':<30} {'STATE':<12} {'EPOCH':>6} {'MEMBERS':>8}")
+                print(
+                    f"{'GROUP':<30} {'TYPE':<8} {'STATE':<20} {'EPOCH':>6} {'MEMBERS':>8}  PROTOCOL"
+                )
                 header = False
             for g in resp.groups:
                 group_id, state = printable(g.group_id), printable(g.state)
-                print(f"{group_id:<30} {state:<12} {g.group_epoch:>6} {g.member_count:>8}")
+                group_type = printable(g.group_type) or "connect"
+                protocol = printable(g.protocol_name) or "-"
+                print(
+                    f"{group_id:<30} {group_type:<8} {state:<20} {g.group_epoch:>6} "
+                    f"{g.member_count:>8}  {protocol}"
+                )
             token = resp.next_page_token
             if not token:
                 return 0

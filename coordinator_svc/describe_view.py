@@ -1,10 +1,15 @@
 """Render a DescribedGroup as a readable table for `coordinator-svc describe`. Every string the
-server sent is shown through `printable` (its control characters escaped)."""
+server sent is shown through `printable` (its control characters escaped). A connect group shows
+its epochs, assignor and members' targets; a classic group (DESIGN 3.19) its classic block
+(state, generation, protocol, leader, join round) and its members' protocols, session timeouts,
+last joined generations and held sets."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from connect_protocol.configs import GROUP_TYPE_CLASSIC, configs_of
 from connect_protocol.safe_text import printable as _p
 
 
@@ -48,7 +53,105 @@ def _assignment_request(group: Any, now_ms: int) -> str:
     return f"  target is current; a new computation may be requested {when}"
 
 
+def _ids(ids: Any) -> str:
+    return ", ".join(_p(i) for i in ids) or "-"
+
+
+def _classic_block(group: Any) -> list[str]:
+    """State, generation, protocol, leader and the join round of a classic group."""
+    c = group.classic
+    protocol = f"{_p(c.protocol_type)}/{_p(c.protocol_name)}" if c.protocol_name else "none"
+    lines = [
+        f"  classic state {_p(c.state)}   generation {c.generation_id}   protocol {protocol}",
+        f"  leader {_p(c.leader_id)}" if c.leader_id else "  no leader",
+    ]
+    if c.leader_unavailable_reason:
+        lines.append(f"  leader unavailable: {_p(c.leader_unavailable_reason)}")
+    if c.rebalance_reason:
+        lines.append(f"  last rebalance reason: {_p(c.rebalance_reason)}")
+    lines.append(
+        f"  pending member ids: {_ids(c.pending_member_ids)}   joined this phase: "
+        f"{_ids(c.members_joined)}   awaiting sync: {_ids(c.members_awaiting_sync)}"
+    )
+    return lines
+
+
+def _classic_members(group: Any) -> list[tuple[str, ...]]:
+    header = (
+        "MEMBER",
+        "PROTOCOL",
+        "PROTOCOLS",
+        "SESSION MS",
+        "LAST GEN",
+        "SYNCED",
+        "STATE",
+        "HELD",
+        "PENDING REVOCATION",
+        "FENCING TOKENS",
+    )
+    rows: list[tuple[str, ...]] = [header]
+    for m in group.members:
+        classic = m.classic if m.HasField("classic") else None
+        rows.append(
+            (
+                _p(m.member_id),
+                _p(m.group_protocol) or "connect",
+                _ids(classic.protocols) if classic else "-",
+                str(classic.session_timeout_ms) if classic else "-",
+                str(classic.last_joined_generation) if classic else str(m.member_epoch),
+                ("yes" if classic.synced else "no") if classic else "-",
+                _p(m.state),
+                _names(m.current_assignment),
+                _names(m.pending_revocation),
+                _tokens(m.fencing_tokens),
+            )
+        )
+    return rows
+
+
+def _common_tail(group: Any, lines: list[str], group_type: str | None = None) -> None:
+    """The catalogue and the configurations; with `group_type`, only the configurations that
+    apply to groups of that type (a classic group's members choose their own timeouts)."""
+    catalogue = ", ".join(f"{_p(c.name)} ({c.task_count} tasks)" for c in group.catalogue)
+    lines.append(f"  catalogue: {catalogue or 'empty'}")
+    for c in group.catalogue:
+        if c.config:
+            config = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(c.config.items()))
+            lines.append(f"    {_p(c.name)} config ({_p(c.config_digest[:24])}): {config}")
+    shown = sorted(group.group_configs.items())
+    if group_type is not None:
+        applicable = {row.name for row in configs_of(group_type)}
+        shown = [(k, v) for k, v in shown if k in applicable]
+    configs = ", ".join(f"{_p(k)}={_p(v)}" for k, v in shown)
+    lines.append(f"  configs: {configs}")
+
+
+def _table(rows: Sequence[tuple[str, ...]], lines: list[str]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines.append("")
+    for r in rows:
+        lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)))
+
+
+def render_classic_group(group: Any, now_ms: int) -> str:
+    """A classic group: its classic block, the catalogue and configurations, its members."""
+    lines = [f"Group {_p(group.group_id)} ({_p(group.group_type)})  state {_p(group.state)}"]
+    lines.extend(_classic_block(group))
+    if group.last_assignment_error:
+        lines.append(
+            f"  last assignment error {_p(group.last_assignment_error)}: "
+            f"{_p(group.last_assignment_error_message)}"
+        )
+    _common_tail(group, lines, GROUP_TYPE_CLASSIC)
+    _table(_classic_members(group), lines)
+    if not group.members:
+        lines.append("  (no members)")
+    return "\n".join(lines)
+
+
 def render_group(group: Any, now_ms: int) -> str:
+    if group.group_type == GROUP_TYPE_CLASSIC or group.HasField("classic"):
+        return render_classic_group(group, now_ms)
     lines = [
         f"Group {_p(group.group_id)} ({_p(group.group_type)})  state {_p(group.state)}",
         f"  group epoch {group.group_epoch}   assignment (target) epoch {group.assignment_epoch}",
@@ -81,14 +184,7 @@ def render_group(group: Any, now_ms: int) -> str:
             f"  last assignment error {_p(group.last_assignment_error)}: "
             f"{_p(group.last_assignment_error_message)}"
         )
-    catalogue = ", ".join(f"{_p(c.name)} ({c.task_count} tasks)" for c in group.catalogue)
-    lines.append(f"  catalogue: {catalogue or 'empty'}")
-    for c in group.catalogue:
-        if c.config:
-            config = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(c.config.items()))
-            lines.append(f"    {_p(c.name)} config ({_p(c.config_digest[:24])}): {config}")
-    configs = ", ".join(f"{_p(k)}={_p(v)}" for k, v in sorted(group.group_configs.items()))
-    lines.append(f"  configs: {configs}")
+    _common_tail(group, lines)
     header = (
         "MEMBER",
         "INSTANCE",
@@ -112,10 +208,7 @@ def render_group(group: Any, now_ms: int) -> str:
         )
         for m in group.members
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines.append("")
-    for r in rows:
-        lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)))
+    _table(rows, lines)
     if not group.members:
         lines.append("  (no members)")
     return "\n".join(lines)

@@ -1,5 +1,10 @@
 """ConnectGroupAdmin's state-changing calls: the catalogue and the group configurations
-(DESIGN 3.1). Reads (list, describe) are served from state by the adapters."""
+(DESIGN 3.1). Reads (list, describe) are served from state by the adapters.
+
+On a classic group (DESIGN 3.19) a catalogue change that would bump a connect group's epoch
+starts a classic rebalance instead (when the group has members; an EMPTY group's generation is
+left alone), and AlterGroupConfigs refuses to set a key that does not apply to the group's type
+(`connect_protocol.configs`, each row's `group_types`); unsetting one is allowed."""
 
 from __future__ import annotations
 
@@ -7,8 +12,11 @@ from types import MappingProxyType
 
 from connect_protocol.configs import (
     ASSIGNOR_PRINCIPALS,
+    BY_NAME,
     SESSION_TIMEOUT,
+    applies_to,
     config_digest,
+    configs_of,
     cross_key_problem,
 )
 from connect_protocol.errors import (
@@ -92,14 +100,26 @@ def put_connector(
     rebalance = existing is None or existing.task_count != req.task_count
     if rebalance:
         reason = "connector added" if existing is None else "connector task count changed"
-        change.bump_epoch(reason, connector=req.connector)
-    return Result(
-        change.records(),
+        rebalance = catalogue_changed(change, reason, req.connector)
+    return change.result(
         PutConnectorResponse(
             group_epoch=change.group_epoch, created=existing is None, rebalance_triggered=rebalance
-        ),
-        change.timers,
+        )
     )
+
+
+def catalogue_changed(change: GroupChange, reason: str, connector: str) -> bool:
+    """The catalogue changed the assignor's input: a connect group's epoch is bumped (DESIGN
+    3.3); a classic group with members starts a rebalance with no generation bump (the
+    generation moves when its join phase completes, DESIGN 3.19), an EMPTY one does nothing.
+    Returns whether a rebalance was started (a connect group: always)."""
+    if not change.meta.is_classic:
+        change.bump_epoch(reason, connector=connector)
+        return True
+    if not change.has_members():
+        return False
+    change.start_classic_rebalance(f"catalogue changed: {reason}", connector=connector)
+    return True
 
 
 def check_catalogue_limits(
@@ -164,10 +184,8 @@ def delete_connector(
     change.event(
         EventType.CONNECTOR_DELETED, connector=req.connector, **_who(req.caller, principal)
     )
-    change.bump_epoch("connector deleted", connector=req.connector)
-    return Result(
-        change.records(), DeleteConnectorResponse(group_epoch=change.group_epoch), change.timers
-    )
+    catalogue_changed(change, "connector deleted", req.connector)
+    return change.result(DeleteConnectorResponse(group_epoch=change.group_epoch))
 
 
 def alter_configs(
@@ -182,6 +200,7 @@ def alter_configs(
     try:
         if not validated:
             validate_alter_configs(req)
+        check_applicable(change, req)
         configs = change.configs()
         configs.update(req.set)
         for key in req.unset:
@@ -192,9 +211,10 @@ def alter_configs(
             raise InvalidRequest(f"{problem}.")
     except CoordinatorError as error:
         return refused(AlterConfigsResponse, error)
+    classic = change.meta.is_classic
     if configs != change.configs():
         told = change.fencing_session_ms()
-        if defaults.read(SESSION_TIMEOUT, configs) < told:
+        if not classic and defaults.read(SESSION_TIMEOUT, configs) < told:
             # Members were told the higher value and fence themselves by it: until every one
             # has either heard the new value or stopped, expiry and holds keep to the old one.
             change.set_meta(session_floor_ms=told, session_floor_until_ms=now_ms + told)
@@ -205,13 +225,39 @@ def alter_configs(
             unset=list(req.unset),
             **_who(req.caller, principal),
         )
-        if state is not None and state.configs.get(ASSIGNOR_PRINCIPALS) != configs.get(
-            ASSIGNOR_PRINCIPALS
+        if (
+            not classic
+            and state is not None
+            and state.configs.get(ASSIGNOR_PRINCIPALS) != configs.get(ASSIGNOR_PRINCIPALS)
         ):
             # Who may compute changed (DESIGN 3.4): choose again. No epoch bump, the assignor's
             # input is the same; a newly chosen member is asked on its next heartbeat if a
             # computation is due, and a Prepare or Install from the old one is refused.
             change.reselect_assignor()
+        # A classic group's leader is chosen among `assignor.principals` when its next join
+        # phase completes; a config change starts no classic rebalance (DESIGN 3.19).
     return Result(
         change.records(), AlterConfigsResponse(effective_configs=effective), change.timers
     )
+
+
+def check_applicable(change: GroupChange, req: AlterConfigsRequest) -> None:
+    """INVALID_REQUEST if `req` sets a configuration that does not apply to the group's type
+    (DESIGN 3.19): a classic group's members choose their own session and rebalance timeouts,
+    and waves and assignment batching are the connect protocol's. Unsetting one is allowed (a
+    group converted from connect may carry it). O(keys set)."""
+    group_type = change.meta.group_type.value
+    refused_keys = sorted(
+        key
+        for key in req.set
+        if (row := BY_NAME.get(key)) is not None and not applies_to(row, group_type)
+    )
+    if refused_keys:
+        applicable = ", ".join(row.name for row in configs_of(group_type)) or "none"
+        verb = "does" if len(refused_keys) == 1 else "do"
+        raise InvalidRequest(
+            f"group {req.group_id!r} is a {group_type} group: {', '.join(refused_keys)} "
+            f"{verb} not apply to {group_type} groups (their members choose their own session "
+            "and rebalance timeouts; waves and assignment batching are the connect protocol's); "
+            f"set only {applicable}, or unset it."
+        )

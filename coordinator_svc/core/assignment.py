@@ -1,4 +1,7 @@
-"""ConnectGroupPrepareAssignment and ConnectGroupInstallAssignment (seed 000; DESIGN 3.4-3.10)."""
+"""ConnectGroupPrepareAssignment and ConnectGroupInstallAssignment (seed 000; DESIGN 3.4-3.10).
+
+Both are the connect protocol's: on a classic group (DESIGN 3.19), whose leader computes in its
+SyncGroup, they are INCONSISTENT_GROUP_PROTOCOL naming the group's type."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from connect_protocol.errors import (
     FencedMemberEpoch,
     GroupAuthorizationFailed,
     GroupIdNotFound,
+    InconsistentGroupProtocol,
     InvalidAssignment,
     PolicyViolation,
     UnknownMemberId,
@@ -68,6 +72,12 @@ def _assignor_member(
     the group."""
     if state is None:
         raise GroupIdNotFound(f"group {group_id!r} does not exist.")
+    if state.meta.is_classic:
+        raise InconsistentGroupProtocol(
+            f"group {group_id!r} is a classic group: its leader computes assignments and sends "
+            "them in its SyncGroup (ConnectGroupClassic); PrepareAssignment and "
+            "InstallAssignment are the connect protocol's. Abandon the computation."
+        )
     member = state.members.get(member_id)
     if member is None:
         raise UnknownMemberId(f"member {member_id!r} is not in group {group_id!r}.")

@@ -1,5 +1,10 @@
 """ConnectGroupHeartbeat: joins, leaves, fencing, metadata updates, reconciliation, and the
-COMPUTE_ASSIGNMENT signal to the assignor member (seed 000 "Request Handling"; DESIGN 3.2-3.14)."""
+COMPUTE_ASSIGNMENT signal to the assignor member (seed 000 "Request Handling"; DESIGN 3.2-3.14).
+
+A connect heartbeat to a classic group (DESIGN 3.19): a join (epoch 0) converts an EMPTY group
+with no holds to connect (`conversion.to_connect`) and joins it; to any other classic group it is
+INCONSISTENT_GROUP_PROTOCOL naming the group's type (conversions of non-empty groups are issue
+27); any other epoch is UNKNOWN_MEMBER_ID (no connect member can be in a classic group)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from connect_protocol.errors import (
     FencedInstanceId,
     GroupAuthorizationFailed,
     GroupMaxSizeReached,
+    InconsistentGroupProtocol,
     PolicyViolation,
     UnknownMemberId,
     UnreleasedInstanceId,
@@ -30,6 +36,7 @@ from connect_protocol.resources import EMPTY, ResourceSet
 from connect_protocol.tokens import Resource
 
 from .change import GroupChange
+from .conversion import convertible, to_connect
 from .model import GroupConfigDefaults, GroupState, Member, MemberState, next_compute_request_ms
 from .reconciliation import reconcile
 from .records import EventType
@@ -129,11 +136,35 @@ class _Heartbeat:
             raise UnknownMemberId(
                 f"group {req.group_id!r} does not exist; abandon your work and rejoin with epoch 0."
             )
+        if self.state is not None and self.state.meta.is_classic:
+            self.into_classic_group()
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self.leave()
         if req.member_epoch == JOIN_EPOCH:
             return self.join()
         return self.existing()
+
+    def into_classic_group(self) -> None:
+        """A connect heartbeat to a classic group (DESIGN 3.19): a join converts it if it is
+        empty (the join then proceeds on the connect group); otherwise refused. O(1) but for
+        dropping an empty group's pending ids."""
+        req, change = self.req, self.change
+        if req.member_epoch != JOIN_EPOCH:
+            raise UnknownMemberId(
+                f"member {req.member_id!r} is not in group {req.group_id!r}: it is a classic "
+                "group, whose members use the classic protocol (JoinGroup/SyncGroup); abandon "
+                "your work and rejoin with epoch 0."
+            )
+        if not convertible(change):
+            count = len(self.state.members) if self.state is not None else 0
+            holds = " and holds" if change.meta.holds else ""
+            raise InconsistentGroupProtocol(
+                f"group {req.group_id!r} is a classic group with {count} member(s){holds}: "
+                "its workers use the classic protocol (JoinGroup/SyncGroup), and a connect "
+                "member may join it only once it is empty (the online migration of non-empty "
+                "groups is issue 27); join with the classic protocol, or use another group."
+            )
+        to_connect(change)
 
     # --- the three entry paths ---
 

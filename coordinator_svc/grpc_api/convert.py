@@ -1,5 +1,8 @@
 """Proto <-> core conversion on the server for what only the coordinator reads or sends (Prepare,
-Install, the admin calls, describe); what both sides exchange is in `connect_protocol.wire`."""
+Install, the admin calls, describe, list); what both sides exchange is in `connect_protocol.wire`.
+
+DescribeGroups and ListGroups show each group's type; a classic group (DESIGN 3.19) its classic
+state, generation, protocol, leader and join round, and each member its protocol."""
 
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from connect_protocol.messages import (
 from connect_protocol.wire import assignor_to, resources_from, resources_to, tokens_to, wire_code
 
 from ..core.acls import AclEntry, Operation, PatternType, Permission, ResourceType
-from ..core.model import GroupConfigDefaults, GroupState, next_compute_request_ms
+from ..core.classic_model import PROTOCOL_TYPE, ClassicState
+from ..core.model import GroupConfigDefaults, GroupState, Member, next_compute_request_ms
 from ..core.validation import MAX_NAME_LENGTH, MAX_PRINCIPAL_LENGTH, validate_text
 from ..runtime.groups import ListedGroup
 
@@ -128,21 +132,26 @@ def described_group(
     config_values: bool = False,
 ) -> admin_pb2.DescribedGroup:
     """The group as DescribeGroups shows it; connector config values only if `config_values`
-    (else every value reads HIDDEN_VALUE; the digest tells configs apart)."""
+    (else every value reads HIDDEN_VALUE; the digest tells configs apart). A classic group has
+    no assignor member (its leader computes): `assignor_reason` and `assignor_name` are not
+    shown for it; its `classic` block is."""
+    classic = state.meta.is_classic
     out = admin_pb2.DescribedGroup(
         group_id=state.group_id,
-        group_type="connect",
-        state=state.status().value,
+        group_type=state.meta.group_type.value,
+        state=state.display_state(),
         group_epoch=state.group_epoch,
         assignment_epoch=state.assignment_epoch,
-        assignor_name=assignor_name,
+        assignor_name="" if classic else assignor_name,
         assignor_member_id=state.meta.assignor_member_id or "",
-        assignor_unavailable_reason=assignor_reason,
+        assignor_unavailable_reason="" if classic else assignor_reason,
         last_assignment_error=state.meta.last_assignment_error,
         last_assignment_error_message=state.meta.last_assignment_error_message,
         coordinator_time_ms=now_ms,
         assignor_state=state.target.assignor_state,
     )
+    if classic:
+        _describe_classic(state, out.classic)
     target = state.target
     if target.scheduled_rebalance_at_ms is not None:
         out.scheduled_rebalance_at_ms = target.scheduled_rebalance_at_ms
@@ -151,11 +160,12 @@ def described_group(
     if target.next_wave_at_ms is not None:
         out.next_wave_at_ms = target.next_wave_at_ms
     meta = state.meta
-    next_request = next_compute_request_ms(meta, state.config(ASSIGNMENT_INTERVAL, defaults))
-    if next_request is not None:
-        out.next_assignment_request_at_ms = next_request
-    if meta.compute_requested_epoch is not None:
-        out.assignment_requested_epoch = meta.compute_requested_epoch
+    if not classic:  # assignment batching is the connect protocol's (DESIGN 3.21)
+        next_request = next_compute_request_ms(meta, state.config(ASSIGNMENT_INTERVAL, defaults))
+        if next_request is not None:
+            out.next_assignment_request_at_ms = next_request
+        if meta.compute_requested_epoch is not None:
+            out.assignment_requested_epoch = meta.compute_requested_epoch
     for c in sorted(state.catalogue.values(), key=lambda c: c.name):
         config = dict(c.config) if config_values else dict.fromkeys(c.config, HIDDEN_VALUE)
         out.catalogue.add(
@@ -177,7 +187,51 @@ def described_group(
         tokens_to(m.tokens, dm)
         resources_to(state.target.of(m.member_id).resources, dm.target_assignment)
         dm.assignors.extend(assignor_to(a) for a in m.assignors)
+        dm.group_protocol = m.group_protocol.value
+        if m.classic is not None:
+            _describe_classic_member(state, m, dm.classic)
     return out
+
+
+def _describe_classic(state: GroupState, out: admin_pb2.ClassicGroupDescription) -> None:
+    """A classic group's state, generation (= group epoch), protocol, leader and join round (the
+    round is volatile: empty after a takeover until members rejoin). O(round)."""
+    classic = state.meta.classic
+    out.state = state.display_state()
+    out.generation_id = state.group_epoch
+    if classic is not None:
+        if classic.protocol_name:
+            out.protocol_type = PROTOCOL_TYPE
+            out.protocol_name = classic.protocol_name
+        out.leader_id = classic.leader_id or ""
+    rnd = state.round
+    if rnd is None:
+        return
+    out.leader_unavailable_reason = rnd.leader_unavailable_reason
+    out.rebalance_reason = rnd.reason
+    out.pending_member_ids.extend(sorted(rnd.pending_ids))
+    phase = ClassicState.EMPTY if classic is None else classic.state
+    if phase is ClassicState.PREPARING_REBALANCE:
+        out.members_joined.extend(sorted(rnd.joined, key=lambda m: (rnd.joined[m], m)))
+    elif phase in (ClassicState.COMPLETING_REBALANCE, ClassicState.STABLE):
+        out.members_awaiting_sync.extend(sorted(rnd.awaiting_sync))
+
+
+def _describe_classic_member(
+    state: GroupState, member: Member, out: admin_pb2.ClassicMemberDescription
+) -> None:
+    """A classic member's protocols, session timeout, last joined generation, and whether its
+    SyncGroup of the current generation was answered (persisted with its accepted share, so
+    true after a takeover too)."""
+    info = member.classic
+    assert info is not None
+    out.protocols.extend(info.protocol_names())
+    out.session_timeout_ms = info.session_timeout_ms
+    out.last_joined_generation = info.last_joined_generation
+    accepted = info.accepted
+    out.synced = (
+        accepted is not None and accepted.answered and accepted.generation == state.group_epoch
+    )
 
 
 def put_connector_response(resp: PutConnectorResponse) -> admin_pb2.PutConnectorResponse:
@@ -213,10 +267,11 @@ def listed_groups(page: Sequence[ListedGroup], next_token: str) -> admin_pb2.Lis
     for g in page:
         out.groups.add(
             group_id=g.group_id,
-            group_type="connect",
-            state=g.status.value,
+            group_type=g.group_type,
+            state=g.state,
             group_epoch=g.group_epoch,
             member_count=g.member_count,
+            protocol_name=g.protocol_name,
         )
     return out
 

@@ -1,5 +1,6 @@
 """Listing groups and the limits on creating them, read from the database without taking any
-lease (ListGroups, DescribeGroups' existence check, --max-groups-per-principal)."""
+lease (ListGroups, DescribeGroups' existence check, --max-groups-per-principal). A listed group
+carries its type; a classic group its classic state and protocol (DESIGN 3.19)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 from connect_protocol.errors import PolicyViolation
 
+from ..core.classic_model import ClassicState, GroupType
 from ..core.model import GroupConfigDefaults, GroupStatus
 from ..store.errors import StoreUnavailable
 from ..store.reads import GroupSummary
@@ -21,16 +23,34 @@ MAX_PAGE_SIZE = 10_000
 
 @dataclass(frozen=True, slots=True)
 class ListedGroup:
-    """A group as ListGroups shows it."""
+    """A group as ListGroups shows it.
+
+    Attributes:
+        status: a connect group's state from the database's counts (for a classic group, what
+            the same counts would say of a connect group: not shown; see `state`).
+        group_type: "connect" or "classic".
+        classic_state: a classic group's state (None for connect groups).
+        protocol_name: a classic group's current protocol ("" when none, and for connect).
+    """
 
     group_id: str
     status: GroupStatus
     group_epoch: int
     member_count: int
+    group_type: str = GroupType.CONNECT.value
+    classic_state: str | None = None
+    protocol_name: str = ""
+
+    @property
+    def state(self) -> str:
+        """The state ListGroups shows (`GroupState.display_state`): a classic group's classic
+        state, a connect group's status."""
+        return self.status.value if self.classic_state is None else self.classic_state
 
     @staticmethod
     def of(summary: GroupSummary) -> ListedGroup:
-        """The group's state from the database's counts, by `GroupState.status`'s rules."""
+        """The group's state from the database's counts, by `GroupState.status`'s rules; a
+        classic group's from its stored classic state (EMPTY when none is stored)."""
         if summary.member_count == 0:
             status = GroupStatus.EMPTY
         elif summary.group_epoch > summary.assignment_epoch:
@@ -39,7 +59,16 @@ class ListedGroup:
             status = GroupStatus.RECONCILING
         else:
             status = GroupStatus.STABLE
-        return ListedGroup(summary.group_id, status, summary.group_epoch, summary.member_count)
+        classic = summary.group_type == GroupType.CLASSIC.value
+        return ListedGroup(
+            summary.group_id,
+            status,
+            summary.group_epoch,
+            summary.member_count,
+            summary.group_type,
+            (summary.classic_state or ClassicState.EMPTY.value) if classic else None,
+            (summary.protocol_name or "") if classic else "",
+        )
 
 
 class GroupListing:

@@ -29,13 +29,17 @@ _EMPTY_JSON_TEXT = {
 
 @dataclass(frozen=True, slots=True)
 class GroupSummary:
-    """What ListGroups shows of a group, as the database has it."""
+    """What ListGroups shows of a group, as the database has it: for a classic group (DESIGN
+    3.19) also its type, classic state and the current generation's protocol."""
 
     group_id: str
     group_epoch: int
     assignment_epoch: int
     member_count: int
     unsettled_members: int  # members (not left) away from the target epoch or share
+    group_type: str = "connect"
+    classic_state: str | None = None  # None for connect groups
+    protocol_name: str | None = None  # the classic generation's; None when none
 
 
 def _plain(row: sa.RowMapping) -> dict[str, Any]:
@@ -72,7 +76,7 @@ class ReadStatements:
             .limit(sa.bindparam("p_limit"))
         )
         page = (
-            sa.select(g.group_id, g.group_epoch)
+            sa.select(g.group_id, g.group_epoch, g.group_type, g.classic_state, g.protocol_name)
             .where(g.group_id > sa.bindparam("p_after"))
             .order_by(g.group_id)
             .limit(sa.bindparam("p_limit"))
@@ -106,6 +110,9 @@ class ReadStatements:
             sa.select(
                 page.c.group_id,
                 page.c.group_epoch,
+                page.c.group_type,
+                page.c.classic_state,
+                page.c.protocol_name,
                 epoch.label("assignment_epoch"),
                 members.label("members"),
                 unsettled.label("unsettled"),
@@ -201,6 +208,9 @@ class Reads:
                     int(row.assignment_epoch),
                     int(row.members),
                     int(row.unsettled),
+                    str(row.group_type),
+                    None if row.classic_state is None else str(row.classic_state),
+                    None if row.protocol_name is None else str(row.protocol_name),
                 )
                 for row in result
             ]
