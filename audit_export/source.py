@@ -331,6 +331,10 @@ STATE_TABLES = (
 """Every table but the events: read whole on every run (the snapshot)."""
 
 WITHHELD: Mapping[tuple[str, str], str] = {
+    ("coordinator_settings", "*"): (
+        "the coordinators' operational settings (migration 0008: how large sets are stored), "
+        "not group state; `coordinator-svc settings show` prints them"
+    ),
     ("coordinator_secrets", "*"): (
         "the config digest key (migration 0005): with it anyone could confirm a guessed "
         "config value against the digests the export writes"

@@ -42,6 +42,7 @@ from .grpc_api.connection_age import (
     MIN_MAX_CONNECTION_AGE_MS,
 )
 from .serve import migrate, serve
+from .settings_admin import add_settings_parser, settings_cmd
 
 DEFAULT_PORT = 9093
 DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
@@ -575,6 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_acl_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
+    add_settings_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
@@ -631,6 +633,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "delete-connector": delete_connector_cmd,
     "alter-configs": alter_configs_cmd,
     "acl": acl_cmd,
+    "settings": settings_cmd,
 }
 
 

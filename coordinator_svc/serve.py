@@ -39,7 +39,7 @@ def serve(args: argparse.Namespace) -> int:
     from .runtime.groups import GroupManager
     from .runtime.quotas import PrincipalQuotas
     from .runtime.readiness import ReadinessMonitor
-    from .store import SecretMissing, SqlStore
+    from .store import SecretMissing, SqlStore, stored_sets
     from .store.migrate import code_revisions
 
     logs.configure(args.log_level)
@@ -91,6 +91,16 @@ def serve(args: argparse.Namespace) -> int:
         store.close()
         print(f"coordinator-svc serve: {error}", file=sys.stderr)
         return 2
+    stored_set_form = store.stored_set_form()
+    stored_sets.use_ranges(stored_set_form == "ranges")
+    if stored_set_form != "ranges":
+        log.warning(
+            "large resource sets are stored task by task (stored_set_form %s): once every "
+            "coordinator of this database runs this release, switch with `coordinator-svc "
+            "settings set stored_set_form ranges` and restart them",
+            stored_set_form,
+            extra=logs.fields(event="stored_set_form", stored_set_form=stored_set_form),
+        )
     metrics = Metrics()
     gc_pauses.tune()
     gc_pauses.observe(metrics.gc_pauses)
@@ -162,6 +172,7 @@ def serve(args: argparse.Namespace) -> int:
             max_message_bytes=defaults.max_message_bytes,
             tls="mtls" if tls is not None and tls.mutual else "tls" if tls else "plaintext",
             authorization=args.authorization,
+            stored_set_form=stored_set_form,
         ),
     )
     while not stop.wait(1.0):

@@ -29,6 +29,7 @@ TABLES = {
     "acls",
     "acl_audit",
     "coordinator_secrets",
+    "coordinator_settings",
 }
 
 
@@ -227,3 +228,61 @@ def test_migration_0007_keeps_existing_groups_connect_and_refuses_to_downgrade_a
         command.check(config)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_migration_0008_keeps_a_database_with_groups_on_plain_sets(
+    backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """Issue 24: a database that holds groups may still be served by older coordinators during
+    the rolling update after the migration (they read ranged sets as empty), so it starts at
+    'plain'; a new one at 'ranges'. The downgrade refuses while ranges may be stored."""
+    from coordinator_svc.settings_admin import settings_cmd
+
+    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'sets.db'}"
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    config = alembic_config(url)
+    command.upgrade(config, "0007")
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    form = "SELECT value FROM coordinator_settings WHERE name = 'stored_set_form'"
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO groups (group_id, group_type, group_epoch, created_at_ms, "
+                "excluded_assignors, last_assignment_error, last_assignment_error_message, "
+                "holds) VALUES ('old', 'connect', 1, 0, '[]', 0, '', '[]')"
+            )
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql(form).scalar_one() == "plain"
+        assert _form_read_by_a_store(url) == "plain"
+
+        args = Namespace(
+            command="settings",
+            settings_command="set",
+            name="stored_set_form",
+            value="ranges",
+            database_url=url,
+        )
+        assert settings_cmd(args) == 0
+        assert settings_cmd(Namespace(**{**vars(args), "value": "zip"})) == 2
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql(form).scalar_one() == "ranges"
+        with pytest.raises(RuntimeError, match="stored_set_form is 'ranges'"):
+            command.downgrade(config, "0007")
+        assert settings_cmd(Namespace(**{**vars(args), "value": "plain"})) == 0
+        command.downgrade(config, "0007")
+        command.upgrade(config, "head")
+        command.check(config)
+    finally:
+        engine.dispose()
+    command.upgrade(alembic_config(fresh), "head")
+    assert _form_read_by_a_store(fresh) == "ranges"
+
+
+def _form_read_by_a_store(url: str) -> str:
+    store = SqlStore(url, owner_id="t", advertised_address="127.0.0.1:1")
+    try:
+        return store.stored_set_form()
+    finally:
+        store.close()

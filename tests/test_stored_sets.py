@@ -89,3 +89,17 @@ def test_an_events_large_sets_are_stored_as_ranges_and_the_rest_as_it_is() -> No
         k: v for k, v in payload.items() if k != "assigned"
     }
     assert payload["assigned"] == big.to_json()  # the record's own payload is not changed
+
+
+def test_with_ranges_off_every_set_is_stored_plain() -> None:
+    big = ResourceSet.of([], [TaskId("a", n) for n in range(1_000)])
+    tokens = FencingTokens.granted(big, 3)
+    stored_sets.use_ranges(False)
+    try:
+        assert stored_sets.resources_column(big) == big.to_json()
+        assert stored_sets.tokens_column(tokens) == tokens.to_json()
+        payload = {"assigned": big.to_json()}
+        assert stored_sets.event_payload_column(payload) == payload
+    finally:
+        stored_sets.use_ranges(True)
+    assert "task_ranges" in stored_sets.resources_column(big)

@@ -167,6 +167,20 @@ class Reads:
 
         return self._db.retrying(False, read)
 
+    def setting(self, name: str) -> str | None:
+        """A row of `coordinator_settings` (migration 0008); None when it or the table is not
+        there."""
+        settings = schema.coordinator_settings
+        stmt = sa.select(settings.c.value).where(settings.c.name == name)
+
+        def read(conn: Connection) -> str | None:
+            if not sa.inspect(conn).has_table(settings.name):
+                return None
+            value = conn.execute(stmt).scalar_one_or_none()
+            return None if value is None else str(value)
+
+        return self._db.retrying(False, read)
+
     def config_digest_key(self) -> bytes:
         """The database's config digest key (`coordinator_secrets`, migration 0005);
         SecretMissing when the table or its row is not there."""

@@ -299,10 +299,22 @@ class CoordinatorSecret(Base):
     value: Mapped[bytes] = mapped_column(sa.LargeBinary)
 
 
+class CoordinatorSetting(Base):
+    """Settings every coordinator of this database reads at start (migration 0008):
+    `stored_set_form`, how large resource sets are written (`store/stored_sets.py`)."""
+
+    __tablename__ = "coordinator_settings"
+
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(sa.String(64))
+
+
 #: The one row of `acl_audit`.
 ACL_AUDIT_ROW_ID = 1
 #: The `coordinator_secrets` row that holds the config digest key.
 CONFIG_DIGEST_KEY = "config_digest_key"
+#: The `coordinator_settings` row that says how large sets are stored ("plain" or "ranges").
+STORED_SET_FORM = "stored_set_form"
 
 
 def _table(model: type[Base]) -> sa.Table:
@@ -322,6 +334,7 @@ events = _table(EventRow)
 acls = _table(AclRow)
 acl_audit = _table(AclAudit)
 coordinator_secrets = _table(CoordinatorSecret)
+coordinator_settings = _table(CoordinatorSetting)
 
 STATE_TABLES = (
     groups,

@@ -33,13 +33,33 @@ from connect_protocol.tokens import NO_TOKENS, FencingTokens
 RANGES_ABOVE = 256
 """Sets of more tasks than this are stored as ranges."""
 
+STORED_SET_FORMS = ("plain", "ranges")
+"""The values of the database's `stored_set_form` setting (migration 0008)."""
+
+_ranges = True
+
+
+def use_ranges(enabled: bool) -> None:
+    """Write large sets as ranges (the default) or plain, as the database's `stored_set_form`
+    setting says (`serve` reads it at start): a release before this form reads a ranged set
+    as one without tasks, so a database that may still have older coordinators running
+    during a rolling update keeps the plain form until an operator switches it (migration
+    0008). Both forms are always read."""
+    global _ranges
+    _ranges = enabled
+
+
+def ranges_in_use() -> bool:
+    return _ranges
+
+
 _AFTER_EVERY_TASK = 1 << 64
 """A task number above any task's: (connector, it) sorts after each of the connector's tasks."""
 
 
 def resources_column(resources: ResourceSet) -> dict[str, Any]:
     """The stored form of `resources` (see the module docstring)."""
-    if len(resources.tasks) <= RANGES_ABOVE:
+    if len(resources.tasks) <= RANGES_ABOVE or not _ranges:
         return resources.to_json()
     return {"connectors": resources.sorted_connectors(), "task_ranges": _runs(resources)}
 
@@ -93,7 +113,7 @@ def resources_from_column(data: Any) -> ResourceSet:
 def tokens_column(tokens: FencingTokens) -> dict[str, Any]:
     """The stored form of `tokens`: runs of consecutive tasks of a connector with one token."""
     ordered = tokens.ordered_tasks()
-    if len(ordered) <= RANGES_ABOVE:
+    if len(ordered) <= RANGES_ABOVE or not _ranges:
         return tokens.to_json()
     return {"connectors": dict(tokens.connectors()), "task_ranges": _token_runs(ordered)}
 
@@ -138,6 +158,8 @@ def event_payload_column(payload: Mapping[str, Any]) -> dict[str, Any]:
     `{"connectors", "tasks"}`) of more than `RANGES_ABOVE` tasks with its tasks as runs; the
     rest as it is. The sets' task lists are in order, so a whole connector is one run."""
     out = dict(payload)
+    if not _ranges:
+        return out
     for key, value in payload.items():
         if (
             isinstance(value, dict)
