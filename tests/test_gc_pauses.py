@@ -103,3 +103,15 @@ def test_a_long_full_collection_that_freed_little_freezes_its_survivors(
     assert (observer.frozen_times == 1) is freezes
     assert (gc.get_freeze_count() >= len(kept)) is freezes
     assert any(r.getMessage().startswith("froze") for r in caplog.records) is freezes
+
+
+def test_survivors_are_frozen_at_most_once_a_minute(
+    pauses: Histogram, monkeypatch: pytest.MonkeyPatch, restored: None
+) -> None:
+    observer = gc_pauses.PauseObserver(pauses)
+    clock = iter([1.0, 1.05, 30.0, 30.05, 61.1, 61.15])  # three long, fruitless collections
+    monkeypatch.setattr(gc_pauses.time, "perf_counter", lambda: next(clock))
+    for _ in range(3):
+        observer("start", {"generation": 2})
+        observer("stop", {"generation": 2, "collected": 0})
+    assert observer.frozen_times == 2  # at 1.05 and 61.15, not at 30.05

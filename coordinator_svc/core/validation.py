@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 
 from connect_protocol.configs import (
     BY_NAME,
@@ -58,18 +59,37 @@ def _check_name(value: str, what: str) -> None:
 
 
 def _check_resources(resources: ResourceSet, what: str) -> None:
-    for c in resources.connectors:
-        _require(c != "", f"{what}: connector names must be non-empty.")
-        _check_text(c, f"{what}: a connector name", MAX_NAME_LENGTH)
+    _check_names(
+        resources.connectors,
+        f"{what}: connector names must be non-empty.",
+        f"{what}: a connector name",
+    )
     if not resources.tasks:
         return
     # Each distinct connector once, the lowest task id once: a share holds thousands of tasks
     # of a few connectors (the passes over the tasks run in C).
-    for connector in set(map(_CONNECTOR, resources.tasks)):
-        _require(connector != "", f"{what}: a task's connector must be non-empty.")
-        _check_text(connector, f"{what}: a task's connector", MAX_NAME_LENGTH)
+    connectors = set(map(_CONNECTOR, resources.tasks))
+    _check_names(
+        connectors, f"{what}: a task's connector must be non-empty.", f"{what}: a task's connector"
+    )
     lowest = min(resources.tasks, key=_TASK_NUMBER)
     _require(lowest.task >= 0, f"{what}: task ids must be >= 0 (got {lowest}).")
+
+
+def _check_names(names: AbstractSet[str], empty_rule: str, label: str) -> None:
+    """Every name non-empty, at most MAX_NAME_LENGTH long and without NUL: checked by a few
+    passes in C (a heartbeat's owned list names a hundred connectors; a Python step and two
+    formatted messages each were a tenth of the coordinator's time while 1,000 members
+    joined), and name by name only to say which rule one breaks."""
+    if (
+        "" not in names
+        and max(map(len, names), default=0) <= MAX_NAME_LENGTH
+        and "\x00" not in "".join(names)
+    ):
+        return
+    for name in names:
+        _require(name != "", empty_rule)
+        _check_text(name, label, MAX_NAME_LENGTH)
 
 
 _CONNECTOR = operator.itemgetter(0)

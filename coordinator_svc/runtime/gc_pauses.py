@@ -20,8 +20,9 @@ collection of that heap took 200-500 ms on the 2-core benchmark machine while th
   collection walked again for nothing (a 58 ms pause in the middle of a 100,000-task put, the
   longest hold of the interpreter left there). The price: an object frozen while alive that
   later becomes part of unreachable cycles is never freed (objects without cycles, such as
-  the sets, tuples and strings of a group's state, are freed as usual when dropped). What was
-  frozen is logged (`gc_frozen`, with the total) and counted in `gc.get_freeze_count()`.
+  the sets, tuples and strings of a group's state, are freed as usual when dropped). So it is
+  done at most once per `FREEZE_EVERY_S`, which bounds what such cycles can leak; each time is
+  logged (`gc_frozen`). (`gc.get_freeze_count()` walks every frozen object: never called here.)
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ FREEZE_AFTER_S = 0.02
 
 FREEZE_BELOW_COLLECTED = 1_000
 
+FREEZE_EVERY_S = 60.0
+"""Survivors are frozen at most this often."""
+
 
 def tune() -> None:
     """Freeze the start-up heap out of later collections (the module docstring)."""
@@ -64,6 +68,7 @@ class PauseObserver:
         self._last_logged = -LOG_EVERY_S
         self._unlogged = 0
         self.frozen_times = 0
+        self._last_frozen = -FREEZE_EVERY_S
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         now = time.perf_counter()
@@ -74,7 +79,13 @@ class PauseObserver:
         generation = int(info.get("generation", 0))
         self.pauses.labels(str(generation)).observe(pause)
         collected = int(info.get("collected", 0))
-        if generation == 2 and pause >= FREEZE_AFTER_S and collected < FREEZE_BELOW_COLLECTED:
+        if (
+            generation == 2
+            and pause >= FREEZE_AFTER_S
+            and collected < FREEZE_BELOW_COLLECTED
+            and now - self._last_frozen >= FREEZE_EVERY_S
+        ):
+            self._last_frozen = now
             self._freeze_survivors(pause, collected)
         if pause < SLOW_PAUSE_S:
             return
@@ -97,7 +108,6 @@ class PauseObserver:
     def _freeze_survivors(self, pause: float, collected: int) -> None:
         """Move every tracked object out of later collections (called when a collection has
         just ended: the generations hold the survivors and the youngest objects)."""
-        before = gc.get_freeze_count()
         gc.freeze()
         self.frozen_times += 1
         log.info(
@@ -107,8 +117,7 @@ class PauseObserver:
                 event="gc_frozen",
                 pause_ms=round(pause * 1000),
                 collected=collected,
-                frozen=gc.get_freeze_count() - before,
-                frozen_total=gc.get_freeze_count(),
+                times=self.frozen_times,
             ),
         )
 
