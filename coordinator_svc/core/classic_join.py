@@ -230,7 +230,8 @@ class _Join:
             is_leader = member_id == classic_meta(change).leader_id
             if not changed and not (state is ClassicState.STABLE and is_leader):
                 return change.result(join_answer(change, member_id))
-            reason = "leader rejoined" if not changed else "member metadata changed"
+            leader_rejoined = state is ClassicState.STABLE and is_leader
+            reason = "leader rejoined" if leader_rejoined else "member metadata changed"
             prepare_rebalance(change, reason, member_id)
         change.join_round(member_id)
         maybe_complete_join(change)

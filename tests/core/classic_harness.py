@@ -310,9 +310,7 @@ class ClassicHarness(GroupHarness):
         for member_id in sorted(self.state.members):
             if member_id != leader:
                 self.sync(member_id)
-        answer = self.sync(
-            leader, {m: given(a, version=version) for m, a in assignments.items()}
-        )
+        answer = self.sync(leader, {m: given(a, version=version) for m, a in assignments.items()})
         assert isinstance(answer, SyncGroupResponse) and answer.error_code == 0, answer
 
     def rejoin_all(self, allocations: Mapping[str, ResourceSet] | None = None) -> None:
