@@ -113,6 +113,7 @@ class ClassicHarness(GroupHarness):
         self.answers: dict[tuple[str, str], Any] = {}
         self.wakeups: list[Wakeup] = []
         self.wakeups_of_last_call: list[Wakeup] = []
+        self.fire_times: dict[tuple[str, str], int] = {}
 
     def _apply(self, result: Result[Any]) -> None:
         super()._apply(result)
@@ -231,6 +232,13 @@ class ClassicHarness(GroupHarness):
             lambda s: leave_group(s, req, self.now_ms, self.defaults, principal=principal)
         )
 
+    def keepalive(self, member_id: str) -> ClassicHeartbeatResponse:  # type: ignore[override]
+        """A classic heartbeat at the member's generation (what `run_for` sends)."""
+        return self.hb(member_id, generation=self.member(member_id).member_epoch)
+
+    def heartbeat(self, *args: Any, **kw: Any) -> Any:
+        raise AssertionError("a classic group's members send hb(), not connect heartbeats")
+
     def put_connector(  # type: ignore[override]
         self, name: str, task_count: int, config: Mapping[str, str] | None = None
     ) -> None:
@@ -269,6 +277,14 @@ class ClassicHarness(GroupHarness):
     def protocol(self) -> str | None:
         assert self.state is not None and self.state.meta.classic is not None
         return self.state.meta.classic.protocol_name
+
+    def fired_at(self, key: tuple[str, str]) -> int:
+        """When timer `key` last fired."""
+        return self.fire_times[key]
+
+    def fire(self, key: tuple[str, str]) -> None:
+        self.fire_times[key] = self.now_ms
+        super().fire(key)
 
     def join_answer(self, member_id: str) -> JoinGroupResponse:
         answer = self.answers.get(("join", member_id))
