@@ -158,6 +158,8 @@ _SCALARS = (
     "started_at_ms",
     "join_seq",
     "leader_unavailable_reason",
+    "join_deadline_ms",
+    "sync_deadline_ms",
 )
 
 
@@ -177,6 +179,9 @@ class ClassicRound:
         started_at_ms: when it started.
         join_seq: the next join order number.
         leader_unavailable_reason: why no leader can be chosen ("" when one can).
+        join_deadline_ms: when the armed join-phase timer is due (a timer firing earlier is
+            stale and re-armed; 0: none armed).
+        sync_deadline_ms: when the generation's sync deadline is due (0: none armed).
     """
 
     __slots__ = ("joined", "pending_ids", "awaiting_sync", "parked_sync", *_SCALARS)
@@ -193,6 +198,8 @@ class ClassicRound:
         self.started_at_ms = 0
         self.join_seq = 0
         self.leader_unavailable_reason = ""
+        self.join_deadline_ms = 0
+        self.sync_deadline_ms = 0
 
     def copy(self) -> ClassicRound:
         """A copy later changes to this round do not reach (O(round))."""
@@ -355,6 +362,20 @@ class RoundChange:
 
     def has_joined(self, member_id: str) -> bool:
         return self.joined_seq(member_id) is not None
+
+    def joined_count(self) -> int:
+        """How many members have rejoined this phase: O(members changed in this change)."""
+        base = {} if self._cleared else self._base.joined
+        gone = sum(1 for m in self._unjoined if m in base)
+        new = sum(1 for m in self._joined if m not in base)
+        return len(base) - gone + new
+
+    def pending_count(self) -> int:
+        """How many MEMBER_ID_REQUIRED ids are outstanding: O(ids changed in this change)."""
+        base = self._base.pending_ids
+        dropped = sum(1 for p in self._pending_dropped if p in base)
+        put = sum(1 for p in self._pending_put if p not in base)
+        return len(base) - dropped + put
 
     def joined(self) -> dict[str, int]:
         """Every member that rejoined this phase -> its order (O(members))."""

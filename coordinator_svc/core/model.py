@@ -353,6 +353,12 @@ class GroupState:
         #: A classic group's volatile join round (DESIGN 3.19): never persisted, changed only
         #: by `ClassicRoundRecord`s; None until the first one (and for connect groups).
         self.round: ClassicRound | None = None
+        #: Classic members by protocol name they support, and how many classic members there
+        #: are: the protocols every member supports are the names counted by all of them, so a
+        #: JoinGroup checks its protocols against the group in O(1) (Kafka's ClassicGroup
+        #: `supportedProtocols`), not by looking at every member.
+        self.classic_protocol_counts: dict[str, int] = {}
+        self.classic_members = 0
 
     @property
     def target(self) -> TargetAssignment:
@@ -549,6 +555,7 @@ class GroupState:
         self._reindex_member(old, member)
         self.members[member.member_id] = member
         self._index_selection(old, member)
+        self._index_classic(old, member)
         if self.settled(member):
             self.unsettled.discard(member.member_id)
         else:
@@ -569,7 +576,21 @@ class GroupState:
         if old is not None:
             self._reindex_member(old, None)
             self._index_selection(old, None)
+            self._index_classic(old, None)
         self.unsettled.discard(member_id)
+
+    def _index_classic(self, old: Member | None, new: Member | None) -> None:
+        """Keep `classic_protocol_counts` and `classic_members` as members come, change and
+        go. O(protocols of the member)."""
+        for member, sign in ((old, -1), (new, 1)):
+            if member is None or member.classic is None:
+                continue
+            self.classic_members += sign
+            counts = self.classic_protocol_counts
+            for name in member.classic.protocol_names():
+                counts[name] = counts.get(name, 0) + sign
+                if counts[name] == 0:
+                    del counts[name]
 
     def _index_selection(self, old: Member | None, new: Member | None) -> None:
         member_id = (new or old).member_id  # type: ignore[union-attr]

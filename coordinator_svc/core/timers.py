@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .change import GroupChange
+from .classic_timers import classic_after_load, on_classic_timer
 from .model import GroupConfigDefaults, GroupState, MemberState
 from .records import EventType
 from .results import (
@@ -23,6 +24,8 @@ from .results import (
 def on_timer(
     state: GroupState, key: TimerKey, now_ms: int, defaults: GroupConfigDefaults
 ) -> Result[None]:
+    if state.meta.is_classic:
+        return on_classic_timer(state, key, now_ms, defaults)
     kind, member_id = key
     change = GroupChange(state, state.group_id, now_ms, defaults)
     if kind == SESSION:
@@ -111,7 +114,10 @@ def timers_after_load(
     state: GroupState, now_ms: int, defaults: GroupConfigDefaults
 ) -> list[ScheduleTimer]:
     """Timers to arm when a coordinator takes a group over: sessions start afresh (they live only
-    in the owner's memory); persisted deadlines keep their time."""
+    in the owner's memory); persisted deadlines keep their time. A classic group's come from
+    `classic_after_load` (whose records the loader applies in memory first)."""
+    if state.meta.is_classic:
+        return classic_after_load(state, now_ms, defaults)[1]
     session = state.fencing_session_ms(now_ms, defaults)
     timers: list[ScheduleTimer] = []
     for m in state.members.values():
