@@ -3,10 +3,7 @@ keys that do not apply to classic groups (INVALID_REQUEST naming the type) and a
 them; a catalogue change that would bump a connect group's epoch starts a classic rebalance
 (no generation bump) when the group has members, nothing when it is EMPTY, and a config-only
 change starts none; DescribeGroups and ListGroups show the group type, the classic block and
-each member's protocol, and `describe` renders them.
-
-Tests marked `needs_p1` run the real `prepare_rebalance` (issue 25's P1): until it lands they
-are expected to fail with NotImplementedError (xfail); after, they must pass."""
+each member's protocol, and `describe` renders them."""
 
 from __future__ import annotations
 
@@ -42,12 +39,6 @@ from .test_conversions import classic_group, make_classic, run, used_connect_gro
 
 CLASSIC_ONLY_NOT = [row.name for row in GROUP_CONFIGS if not applies_to(row, "classic")]
 CLASSIC_KEYS = [row.name for row in GROUP_CONFIGS if applies_to(row, "classic")]
-
-needs_p1 = pytest.mark.xfail(
-    raises=NotImplementedError,
-    strict=False,
-    reason="needs issue 25's P1 (classic_rebalance.prepare_rebalance)",
-)
 
 
 class Spy:
@@ -183,7 +174,6 @@ def test_a_connect_group_still_bumps_its_epoch(spy: Spy) -> None:
     assert h.group_epoch == epoch + 1 and spy.calls == []
 
 
-@needs_p1
 def test_a_catalogue_change_takes_a_stable_classic_group_to_preparing() -> None:
     """With P1: the real rebalance starts, PREPARING_REBALANCE, the generation unchanged."""
     h = classic_group(members=2, generation=4)
