@@ -360,8 +360,7 @@ CLASSIC_FLAGS = (
         "--classic-min-session-timeout-ms",
         "CLASSIC_MIN_SESSION_TIMEOUT_MS",
         "classic_min_session_timeout_ms",
-        "the shortest session timeout a classic member may ask for (else "
-        "INVALID_SESSION_TIMEOUT)",
+        "the shortest session timeout a classic member may ask for (else INVALID_SESSION_TIMEOUT)",
     ),
     (
         "--classic-max-session-timeout-ms",
