@@ -310,6 +310,16 @@ class World:
             return ""
         return text(src, self.members)
 
+    def classic_group(self, src: Source) -> str:
+        """A classic group: mostly a valid one (so calls reach its state), else hostile."""
+        return lazy(
+            src,
+            [
+                (6, lambda: src.pick(self.classic_groups)),
+                (1, lambda: text(src, self.classic_groups)),
+            ],
+        )
+
     def generation(self, group: str) -> int:
         with self.lock:
             return self.generations.get(group, 0)
@@ -658,12 +668,12 @@ def _classic_metadata(src: Source, world: World, version: int, msg: Any) -> None
 
 
 def join_group(src: Source, world: World) -> classic_pb2.JoinGroupRequest:
-    group = text(src, world.classic_groups)
+    group = world.classic_group(src)
     req = classic_pb2.JoinGroupRequest(
         group_id=group,
         member_id=world.classic_member(src, group, empty=3),
         # Short timeouts, mostly: a join waits for its phase, which they bound.
-        session_timeout_ms=lazy(src, [(6, lambda: 1_000), (2, lambda: int32(src, (100,)))]),
+        session_timeout_ms=lazy(src, [(6, lambda: 300), (2, lambda: int32(src, (100,)))]),
         rebalance_timeout_ms=lazy(src, [(8, lambda: 150), (1, lambda: int32(src, (0,)))]),
         protocol_type=lazy(
             src, [(10, lambda: "connect"), (1, lambda: "consumer"), (1, lambda: text(src))]
@@ -705,7 +715,7 @@ def _classic_assignment(src: Source, world: World, msg: Any) -> None:
 
 
 def sync_group(src: Source, world: World) -> classic_pb2.SyncGroupRequest:
-    group = text(src, world.classic_groups)
+    group = world.classic_group(src)
     member = world.classic_member(src, group)
     known = world.generation(group)
     req = classic_pb2.SyncGroupRequest(
@@ -738,7 +748,7 @@ def sync_group(src: Source, world: World) -> classic_pb2.SyncGroupRequest:
 
 
 def classic_heartbeat(src: Source, world: World) -> classic_pb2.HeartbeatRequest:
-    group = text(src, world.classic_groups)
+    group = world.classic_group(src)
     known = world.generation(group)
     req = classic_pb2.HeartbeatRequest(
         group_id=group,
@@ -751,7 +761,7 @@ def classic_heartbeat(src: Source, world: World) -> classic_pb2.HeartbeatRequest
 
 
 def leave_group(src: Source, world: World) -> classic_pb2.LeaveGroupRequest:
-    group = text(src, world.classic_groups)
+    group = world.classic_group(src)
     req = classic_pb2.LeaveGroupRequest(group_id=group)
     for _ in range(weighted(src, [(8, 1), (2, 2), (1, 0), (1, 70)])):
         leaving = req.members.add(member_id=world.classic_member(src, group))
