@@ -248,6 +248,24 @@ def test_parked_calls_outlive_their_connections_age_without_unavailable(
         assert {code_name(s) for s in syncs} == {"NONE"}
 
 
+def test_a_call_parked_to_its_limit_is_answered_rebalance_in_progress(database_url: str) -> None:
+    # The park limit is the grace - 1 s when connections age: 0.5 s here (the command line
+    # allows no grace under 10 s; the server takes what it is given).
+    with Coordinator(
+        database_url,
+        classic_defaults(initial_delay_ms=20_000),
+        max_connection_age_ms=600_000,
+        max_connection_age_grace_ms=1_500,
+    ) as coord:
+        member = coord.member(rebalance_timeout_ms=20_000)
+        started = time.monotonic()
+        resp = park_a_join(coord, member).result(timeout=5)
+        assert code_name(resp) == "REBALANCE_IN_PROGRESS", resp
+        assert "park limit" in resp.error_message
+        assert 0.4 < time.monotonic() - started < 2.0
+        wait_until(lambda: coord.parked() == 0, what="the waiter is unregistered")
+
+
 # --- steady heartbeat on the loop, join rate -------------------------------------------------
 
 
