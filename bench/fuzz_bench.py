@@ -61,6 +61,10 @@ ORDER = (
     "ListAcls",
     "AddAcl",
     "RemoveAcl",
+    "JoinGroup",
+    "SyncGroup",
+    "Heartbeat",
+    "LeaveGroup",
 )
 assert set(ORDER) == set(hostile.RPCS), "every RPC the fuzz tests know is fuzzed here too"
 #: The logger and message of a JSON log line.

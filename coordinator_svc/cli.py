@@ -186,6 +186,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="address the metrics endpoint listens on; default: --host (METRICS_HOST)",
     )
     _add_limits(p)
+    _add_classic(p)
     _add_server_security(p)
     p.add_argument(
         "--max-workers",
@@ -350,6 +351,75 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         help="group creations per second per principal, bursts of five times it; 0 = "
         "unlimited (MAX_GROUP_CREATIONS_PER_S)",
     )
+
+
+#: The classic protocol's flags (DESIGN 3.19): flag, environment variable, GroupConfigDefaults
+#: field, what it is. Kafka's names: group.min/max.session.timeout.ms,
+#: group.initial.rebalance.delay.ms, and its constant CLASSIC_GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS.
+CLASSIC_FLAGS = (
+    (
+        "--classic-min-session-timeout-ms",
+        "CLASSIC_MIN_SESSION_TIMEOUT_MS",
+        "classic_min_session_timeout_ms",
+        "the shortest session timeout a classic member may ask for (else INVALID_SESSION_TIMEOUT)",
+    ),
+    (
+        "--classic-max-session-timeout-ms",
+        "CLASSIC_MAX_SESSION_TIMEOUT_MS",
+        "classic_max_session_timeout_ms",
+        "the longest session timeout a classic member may ask for (else INVALID_SESSION_TIMEOUT)",
+    ),
+    (
+        "--classic-initial-rebalance-delay-ms",
+        "CLASSIC_INITIAL_REBALANCE_DELAY_MS",
+        "classic_initial_rebalance_delay_ms",
+        "how long an empty classic group's first join phase waits for more members, extended "
+        "by this as members arrive, up to the rebalance timeout (0: no wait)",
+    ),
+    (
+        "--classic-new-member-join-timeout-ms",
+        "CLASSIC_NEW_MEMBER_JOIN_TIMEOUT_MS",
+        "classic_new_member_join_timeout_ms",
+        "how long a new classic member's parked JoinGroup keeps it in the group without a "
+        "heartbeat (a parked call cannot heartbeat, and a lost client is not noticed)",
+    ),
+)
+
+
+def _add_classic(p: argparse.ArgumentParser) -> None:
+    classic = p.add_argument_group(
+        "classic groups",
+        "Groups served by Kafka's JoinGroup/SyncGroup protocol (ConnectGroupClassic). Each "
+        "member chooses its own session and rebalance timeouts, within these bounds.",
+    )
+    defaults = GroupConfigDefaults()
+    for flag, env, field_name, what in CLASSIC_FLAGS:
+        classic.add_argument(
+            flag,
+            type=int,
+            default=_env(env, getattr(defaults, field_name)),
+            help=f"{what} ({env})",
+        )
+
+
+def _classic_problem(args: argparse.Namespace) -> str | None:
+    low, high = args.classic_min_session_timeout_ms, args.classic_max_session_timeout_ms
+    if not 1 <= low <= high <= MAX_CHANNEL_ARG:
+        return (
+            "--classic-min-session-timeout-ms and --classic-max-session-timeout-ms must be "
+            f"1 <= min <= max <= {MAX_CHANNEL_ARG}, not {low} and {high}"
+        )
+    if not 0 <= args.classic_initial_rebalance_delay_ms <= MAX_CHANNEL_ARG:
+        return (
+            f"--classic-initial-rebalance-delay-ms must be between 0 and {MAX_CHANNEL_ARG}, "
+            f"not {args.classic_initial_rebalance_delay_ms}"
+        )
+    if not 1 <= args.classic_new_member_join_timeout_ms <= MAX_CHANNEL_ARG:
+        return (
+            f"--classic-new-member-join-timeout-ms must be between 1 and {MAX_CHANNEL_ARG}, "
+            f"not {args.classic_new_member_join_timeout_ms}"
+        )
+    return None
 
 
 def _limits_problem(args: argparse.Namespace) -> str | None:
@@ -650,7 +720,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"coordinator-svc {args.command}: {problem}", file=sys.stderr)
             return 2
     if args.command == "serve":
-        problem = _defaults_problem(args) or _limits_problem(args) or _server_security_problem(args)
+        problem = (
+            _defaults_problem(args)
+            or _limits_problem(args)
+            or _classic_problem(args)
+            or _server_security_problem(args)
+        )
         if problem is not None:
             print(f"coordinator-svc serve: {problem}", file=sys.stderr)
             return 2

@@ -105,6 +105,29 @@ class _GroupCollector(Collector):
         yield overdue
 
 
+ParkedSource = Callable[[], Mapping[str, int]]
+
+
+class _ParkedCollector(Collector):
+    """coordinator_parked_calls{kind}: classic calls waiting, read from the parking lot at each
+    scrape (O(kinds))."""
+
+    def __init__(self, counts: ParkedSource) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        parked = GaugeMetricFamily(
+            "coordinator_parked_calls",
+            "Classic calls held by this process without a thread, by kind: JoinGroups waiting "
+            "for their join phase to end (join), follower SyncGroups waiting for the leader's "
+            "assignments (sync).",
+            labels=["kind"],
+        )
+        for kind, count in sorted(self._counts().items()):
+            parked.add_metric([kind], count)
+        yield parked
+
+
 class _HeartbeatLatency(Collector):
     """coordinator_heartbeat_latency_seconds: the ConnectGroupHeartbeat series of
     coordinator_rpc_latency_seconds under the name dashboards and alerts have used since before
@@ -239,6 +262,10 @@ class Metrics:
 
     def watch_groups(self, stats: GroupStatsSource) -> None:
         self.registry.register(_GroupCollector(stats))
+
+    def watch_parked(self, counts: ParkedSource) -> None:
+        """Export `counts()` (parked calls by kind) as coordinator_parked_calls."""
+        self.registry.register(_ParkedCollector(counts))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -64,6 +64,10 @@ def serve(args: argparse.Namespace) -> int:
         max_config_bytes_per_group=args.max_config_bytes_per_group,
         max_assignor_metadata_bytes=args.max_assignor_metadata_bytes,
         max_assignor_state_bytes=args.max_assignor_state_bytes,
+        classic_min_session_timeout_ms=args.classic_min_session_timeout_ms,
+        classic_max_session_timeout_ms=args.classic_max_session_timeout_ms,
+        classic_initial_rebalance_delay_ms=args.classic_initial_rebalance_delay_ms,
+        classic_new_member_join_timeout_ms=args.classic_new_member_join_timeout_ms,
     )
     stop = threading.Event()
 

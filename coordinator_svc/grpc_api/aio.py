@@ -9,6 +9,14 @@ heartbeat's small, bounded work: a heartbeat that reports a big owned list (100,
 loop first. What stays on the loop for a big message is protobuf's own C (de)serialisation
 (~5 ms for 100,000 tasks).
 
+Classic groups (DESIGN 3.19 "Long polls hold no thread"): a JoinGroup or SyncGroup whose handler
+answers `Parked` waits on the loop as a future of the parking lot (`runtime.parking`), holding
+no thread, until a committed batch wakes it, its park limit passes (REBALANCE_IN_PROGRESS), its
+caller gives up (it only unregisters: the member stays joined), or the group is let go
+(NOT_COORDINATOR). Its waiter is registered before the handler is handed to the pool, so a
+wakeup committed before the handler's answer reaches the loop is not lost. A steady classic
+heartbeat is answered on the loop as the connect one is; LeaveGroup runs on the pool.
+
 Why: the measured gRPC plumbing of the thread-pool server (`bench/run-server-model`) costs more
 per call than the aio server's, and the steady heartbeat is by far the most frequent call. Why not
 everything on the loop: a group's lock and the database are blocking; a thread may wait for them,
@@ -31,7 +39,10 @@ from prometheus_client import Histogram
 
 from connect_protocol.logs import fields
 
+from ..core.results import WAKE_JOIN, WAKE_SYNC, Parked
 from ..metrics import Metrics
+from ..runtime.parking import ParkingLot
+from .classic_servicer import ClassicServicer
 from .context import CallIdentity, PoolContext, Unauthenticated
 from .servicers import AdminServicer, CoordinatorServicer
 
@@ -117,6 +128,79 @@ class AsyncAdminServicer(_Pooled):
     ListAcls = _pooled("ListAcls")
     AddAcl = _pooled("AddAcl")
     RemoveAcl = _pooled("RemoveAcl")
+
+
+#: A delivered JoinGroup answer naming more members than this (a leader's, with every member's
+#: metadata) is encoded on a pool thread, not on the loop.
+ENCODE_ON_LOOP_MAX_MEMBERS = 1_000
+
+
+class AsyncClassicServicer(_Pooled):
+    """`ConnectGroupClassic` on the loop: parked JoinGroup/SyncGroup, steady heartbeats."""
+
+    sync: ClassicServicer
+
+    def __init__(self, sync: ClassicServicer, pool: Executor, parking: ParkingLot) -> None:
+        super().__init__(sync, pool)
+        self.parking = parking
+
+    async def JoinGroup(
+        self, request: Any, context: grpc.aio.ServicerContext, principal: str
+    ) -> Any:
+        return await self._parkable(WAKE_JOIN, self.sync.JoinGroup, request, context, principal)
+
+    async def SyncGroup(
+        self, request: Any, context: grpc.aio.ServicerContext, principal: str
+    ) -> Any:
+        return await self._parkable(WAKE_SYNC, self.sync.SyncGroup, request, context, principal)
+
+    async def Heartbeat(
+        self, request: Any, context: grpc.aio.ServicerContext, principal: str
+    ) -> Any:
+        answer = self.sync.steady_heartbeat(request, principal)
+        if answer is not None:
+            return answer
+        return await run_in_pool(self.pool, self.sync.Heartbeat, request, context, principal)
+
+    LeaveGroup = _pooled("LeaveGroup")
+
+    async def _parkable(
+        self,
+        kind: str,
+        method: SyncMethod,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        principal: str,
+    ) -> Any:
+        """Run `method` on the pool; if it parks, wait on the loop for the wakeup (module
+        docstring). The waiter is registered first and always unregistered."""
+        loop = asyncio.get_running_loop()
+        # An empty member id never parks (it is answered MEMBER_ID_REQUIRED or refused).
+        waiter = (
+            self.parking.register(request.group_id, kind, request.member_id, loop)
+            if request.member_id
+            else None
+        )
+        try:
+            answer = await run_in_pool(self.pool, method, request, context, principal)
+            if not isinstance(answer, Parked):
+                return answer
+            limit_s = self.sync.park_limit_s(kind, request)
+            if waiter is None:  # cannot happen (a parked call names its member): never hang
+                return self.sync.park_expired(kind, request, 0.0)
+            try:
+                delivered = await asyncio.wait_for(waiter.future, limit_s)
+            except TimeoutError:
+                return self.sync.park_expired(kind, request, limit_s)
+            members = getattr(delivered, "members", ())
+            if len(members) > ENCODE_ON_LOOP_MAX_MEMBERS:
+                return await loop.run_in_executor(
+                    self.pool, self.sync.answer_parked, kind, request, delivered
+                )
+            return self.sync.answer_parked(kind, request, delivered)
+        finally:
+            if waiter is not None:
+                self.parking.unregister(waiter)
 
 
 class UndecodableRequests:

@@ -1,5 +1,7 @@
-"""The gRPC server (grpc.aio, on a thread of its own): both services, the standard health service
-and server reflection; and the message size options servers and channels share."""
+"""The gRPC server (grpc.aio, on a thread of its own): the coordinator, classic and admin services,
+the standard health service and server reflection; and the message size options servers and
+channels share. Stopping it first answers the parked classic calls NOT_COORDINATOR (they would
+otherwise wait out the shutdown grace and be cut off)."""
 
 from __future__ import annotations
 
@@ -10,17 +12,25 @@ from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
-from connect.group.v1 import admin_pb2, coordinator_pb2
+from connect.group.v1 import admin_pb2, classic_pb2, coordinator_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from connect_protocol.errors import ErrorCode
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 
 from ..core.principals import PrincipalMapper
 from ..runtime.authorizer import Authorizer
 from ..runtime.groups import GroupManager
 from ..runtime.quotas import PrincipalQuotas
-from .aio import AsyncAdminServicer, AsyncCoordinatorServicer, UndecodableRequests, register
+from .aio import (
+    AsyncAdminServicer,
+    AsyncClassicServicer,
+    AsyncCoordinatorServicer,
+    UndecodableRequests,
+    register,
+)
+from .classic_servicer import ClassicServicer
 from .connection_age import DEFAULT_MAX_CONNECTION_AGE_GRACE_MS, connection_age_options
 from .context import CallIdentity
 from .revocation import RevocationList
@@ -33,13 +43,14 @@ COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name[
     "ConnectGroupCoordinator"
 ].full_name
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_name
+CLASSIC_SERVICE = classic_pb2.DESCRIPTOR.services_by_name["ConnectGroupClassic"].full_name
 #: Health service names. Readiness (may this process get new traffic: the database answered
 #: within a lease and the schema is this code's, `runtime.readiness`): the overall status "",
 #: each service's name, and "readiness". Liveness ("liveness"): SERVING for as long as the gRPC
 #: event loop answers; it never depends on the database, a group's lock or a pool thread.
 READINESS_SERVICE = "readiness"
 LIVENESS_SERVICE = "liveness"
-READINESS_NAMES = ("", READINESS_SERVICE, COORDINATOR_SERVICE, ADMIN_SERVICE)
+READINESS_NAMES = ("", READINESS_SERVICE, COORDINATOR_SERVICE, CLASSIC_SERVICE, ADMIN_SERVICE)
 
 
 class CoordinatorServer:
@@ -83,6 +94,9 @@ class CoordinatorServer:
         self.quotas = quotas
         self.describe_config_values = describe_config_values
         self.max_message_bytes = max_message_bytes
+        self.max_connection_age_ms = max_connection_age_ms
+        self.max_connection_age_grace_ms = max_connection_age_grace_ms
+        self.parking = manager.parking
         options = [("grpc.so_reuseport", 0), *channel_options(max_message_bytes)]
         options += connection_age_options(max_connection_age_ms, max_connection_age_grace_ms)
         self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
@@ -122,6 +136,26 @@ class CoordinatorServer:
         )
         register(
             server,
+            classic_pb2.DESCRIPTOR.services_by_name["ConnectGroupClassic"],
+            classic_pb2,
+            AsyncClassicServicer(
+                ClassicServicer(
+                    manager,
+                    self.identity,
+                    self.authorizer,
+                    self.quotas,
+                    max_connection_age_ms=self.max_connection_age_ms,
+                    max_connection_age_grace_ms=self.max_connection_age_grace_ms,
+                ),
+                self._pool,
+                manager.parking,
+            ),
+            undecodable,
+            self.identity,
+            self.max_message_bytes,
+        )
+        register(
+            server,
             admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"],
             admin_pb2,
             AsyncAdminServicer(
@@ -145,7 +179,13 @@ class CoordinatorServer:
         await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
-            (COORDINATOR_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            (
+                COORDINATOR_SERVICE,
+                CLASSIC_SERVICE,
+                ADMIN_SERVICE,
+                health.SERVICE_NAME,
+                reflection.SERVICE_NAME,
+            ),
             server,
         )
         if self.tls is not None:
@@ -180,7 +220,12 @@ class CoordinatorServer:
     def stop(self, grace_s: float | None) -> None:
         """Refuse new calls, let calls in flight finish for up to `grace_s` seconds (None: none),
         cancel the rest, and stop the loop and the pool (a pool thread still in a call finishes
-        it; its answer goes nowhere)."""
+        it; its answer goes nowhere). Parked classic calls are answered NOT_COORDINATOR first,
+        and so is any call that would park from then on."""
+        self.parking.close(
+            ErrorCode.NOT_COORDINATOR,
+            "this coordinator is shutting down; find the group's coordinator and retry.",
+        )
         try:
             self._on_loop(self._server.stop(grace_s))
         finally:

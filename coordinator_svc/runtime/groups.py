@@ -5,7 +5,9 @@ job behind the store port (`store_port.GroupStore`, which `store.SqlStore` satis
 - `group_commit`: serialised execution of core handlers, group commit, undo of a failed commit;
 - `group_timers`: timer wiring (a timer runs as a request of its group);
 - `listing`: listings and creation limits, read without taking a lease;
-- `group_stats`: the owned groups as a metrics scrape sees them.
+- `group_stats`: the owned groups as a metrics scrape sees them;
+- `parking`: classic calls waiting for their group's join or sync phase (answered by the
+  wakeups of committed batches, or NOT_COORDINATOR when the group is let go).
 
 A request runs under its group's lock: the core handler computes records from the in-memory state;
 the records are applied (replay asserts the invariants), then committed, the lock free but the
@@ -32,6 +34,7 @@ from .group_timers import GroupTimers
 from .listing import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, GroupListing, ListedGroup
 from .owned_group import MAX_BATCH, Handler, OwnedGroup, R, RequestCancelled, Steady
 from .ownership import ADOPT_BATCH, IDLE_RELEASE_S, GroupLeases
+from .parking import ParkingLot
 from .refusals import (
     DATABASE_MODULES,
     UNAVAILABLE_LOG_INTERVAL_S,
@@ -98,16 +101,34 @@ class GroupManager:
         self.clock = clock or SystemClock()
         now_ms = self.clock.now_ms
         self.timers = GroupTimers(now_ms, defaults, self._current)
+        #: Classic calls waiting for a wakeup (`grpc_api.aio` registers them).
+        self.parking = ParkingLot()
         self.leases = GroupLeases(
-            store, defaults, self.metrics, now_ms, self.timers, renew_interval_s, monotonic
+            store,
+            defaults,
+            self.metrics,
+            now_ms,
+            self.timers,
+            renew_interval_s,
+            monotonic,
+            parking=self.parking,
         )
-        self.commits = GroupCommit(store, self.leases, self.timers, defaults, self.metrics, now_ms)
+        self.commits = GroupCommit(
+            store,
+            self.leases,
+            self.timers,
+            defaults,
+            self.metrics,
+            now_ms,
+            deliver=self.parking.deliver,
+        )
         self.timers.execute = self.commits.execute
         self.listing = GroupListing(store, defaults, self._current)
         #: The owned groups (group id -> OwnedGroup), shared with `leases`.
         self._groups: dict[str, OwnedGroup] = self.leases.groups
         self._timers = self.timers.service
         self.metrics.watch_groups(self.group_stats)
+        self.metrics.watch_parked(self.parking.counts)
 
     def _current(self, group_id: str) -> OwnedGroup | None:
         return self._groups.get(group_id)

@@ -151,7 +151,9 @@ class OwnedGroup:
             self.settled.wait()
 
     def idle(self) -> bool:
-        """Nothing to serve and no timer to run: safe to let go of."""
+        """Nothing to serve and no timer to run: safe to let go of. A classic group whose
+        round has anyone in it (joined, MEMBER_ID_REQUIRED ids, awaiting or parked syncs) is
+        not: that round lives only here."""
         state = self.state
         return (
             self.committing is None
@@ -159,4 +161,5 @@ class OwnedGroup:
             and not state.members
             and not state.meta.holds
             and state.target.scheduled_rebalance_at_ms is None
+            and (state.round is None or state.round.is_idle())
         )

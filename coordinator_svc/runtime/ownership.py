@@ -1,6 +1,10 @@
 """Lease ownership of groups (DESIGN 3.16, 3.21): taking a group's lease and loading its state
 (re-arming its timers), renewing every lease held, adopting groups that need an owner, and letting
-go (dropped, lost, released when idle or at shutdown).
+go (dropped, lost, released when idle or at shutdown). Letting a group go answers the classic
+calls parked on it NOT_COORDINATOR (`parking`): their round lives only in this process's memory.
+A group of a type (or classic state) this code does not know is never loaded: its lease is
+released at once and the request refused COORDINATOR_NOT_AVAILABLE, nothing written (DESIGN
+3.19 "Takeover": a newer release wrote it).
 
 Leases never starve: the renewer runs every RENEW_FRACTION of the lease, and a renewal that fails
 is retried every RETRY_FRACTION of it while any lease is still valid by the local clock, so an
@@ -17,17 +21,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import NoReturn, Protocol
 
-from connect_protocol.errors import CoordinatorError, CoordinatorNotAvailable
+from connect_protocol.errors import CoordinatorError, CoordinatorNotAvailable, ErrorCode
 from connect_protocol.logs import fields
 
-from ..core.model import GroupConfigDefaults
+from ..core import replay
+from ..core.classic_timers import classic_after_load
+from ..core.model import GroupConfigDefaults, GroupState
 from ..core.results import ScheduleTimer, TimerOp
 from ..core.timers import timers_after_load
 from ..metrics import Metrics
 from ..store.errors import Lease, LeaseHolder, StoreUnavailable
+from ..store.rows import UnknownGroupType
 from .owned_group import OwnedGroup
+from .parking import ParkingLot
 from .refusals import NotOwner, database_unavailable
 from .store_port import LeaseStore
 
@@ -71,6 +79,7 @@ class GroupLeases:
         timers: re-armed after a load, cancelled with a group dropped.
         renew_interval_s: renewal period (default RENEW_FRACTION of the lease).
         monotonic: the renewer's clock (tests simulate a pause with it).
+        parking: the parked classic calls, answered when their group is let go.
     """
 
     def __init__(
@@ -82,8 +91,10 @@ class GroupLeases:
         timers: TimerControl,
         renew_interval_s: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        parking: ParkingLot | None = None,
     ) -> None:
         self.store = store
+        self.parking = parking
         self.defaults = defaults
         self.metrics = metrics
         self.now_ms = now_ms
@@ -117,6 +128,7 @@ class GroupLeases:
             owned = list(self.groups.values())
             self.groups.clear()
         for group in owned:
+            self._answer_parked(group.lease.group_id, "this coordinator is shutting down")
             with group.lock:
                 group.wait_settled()  # a commit in flight finishes under the lease it holds
                 try:
@@ -173,8 +185,15 @@ class GroupLeases:
             return self._load(group_id, got)
 
     def _load(self, group_id: str, lease: Lease) -> OwnedGroup:
-        """Load the group under `lease` and re-arm its timers."""
-        state = self.store.load_group(group_id)
+        """Load the group under `lease` and re-arm its timers (a classic group is first
+        normalised in memory by `classic_after_load`: a phase in progress starts again). A
+        group this code does not know is refused (the module docstring)."""
+        try:
+            state = self.store.load_group(group_id)
+        except UnknownGroupType as unknown:
+            self._refuse_unknown(lease, unknown)
+        if group_id in self.groups:  # a new tenure: what was parked on the old one is lost
+            self._answer_parked(group_id, "this coordinator's lease of the group lapsed")
         owned = OwnedGroup(lease, state)
         self.groups[group_id] = owned
         if state is not None:
@@ -182,7 +201,7 @@ class GroupLeases:
             # When its rebalance (if any) reached its state is not known: from now, as the
             # timers armed below also restart.
             owned.rebalance = ((state.group_epoch, state.assignment_epoch), now)
-            self.timers.apply(group_id, timers_after_load(state, now, self.defaults))
+            self.timers.apply(group_id, self._after_load(state, now))
             log.info(
                 "took over group",
                 extra=fields(
@@ -195,6 +214,34 @@ class GroupLeases:
                 ),
             )
         return owned
+
+    def _after_load(self, state: GroupState, now: int) -> list[ScheduleTimer]:
+        """The timers to arm for a loaded group; a classic group's in-memory normalisation
+        (`classic_after_load`'s records: never committed by themselves, the next change writes
+        the state they lead to) is applied first."""
+        if not state.meta.is_classic:
+            return timers_after_load(state, now, self.defaults)
+        records, timers = classic_after_load(state, now, self.defaults)
+        for record in records:
+            replay.apply(state, record)
+        return timers
+
+    def _refuse_unknown(self, lease: Lease, unknown: UnknownGroupType) -> NoReturn:
+        """Give the lease of a group of an unknown type back at once (another process, of the
+        release that wrote it, may serve it) and refuse the request; nothing is written."""
+        log.error(
+            "refused to load a group this release does not know; its lease is released",
+            extra=fields(event="group_type_unknown", group=lease.group_id, detail=str(unknown)),
+        )
+        try:
+            self.store.release(lease)
+            self.metrics.lease_changes.labels("released").inc()
+        except StoreUnavailable:
+            pass  # it lapses on its own
+        raise CoordinatorNotAvailable(
+            f"group {lease.group_id!r} was written by a newer coordinator release ({unknown}); "
+            "this one does not serve it: retry on an upgraded coordinator."
+        )
 
     def adopt_free_groups(self) -> int:
         """Take over groups whose lease is free and that have timers to run (members, holds, a
@@ -230,11 +277,20 @@ class GroupLeases:
                 self.kept_leases[group_id] = owned.lease
             del self.groups[group_id]
             self.timers.cancel_group(group_id)
+            self._answer_parked(group_id, "this coordinator stopped serving the group")
             log.warning(
                 "stopped serving group", extra=fields(event="group_dropped", group=group_id)
             )
             return True
         return False
+
+    def _answer_parked(self, group_id: str, why: str) -> None:
+        """Answer the classic calls parked on a group let go: NOT_COORDINATOR (their client
+        finds the group's coordinator again and rejoins there)."""
+        if self.parking is not None:
+            self.parking.fail_group(
+                group_id, ErrorCode.NOT_COORDINATOR, f"{why}; find its coordinator and retry."
+            )
 
     def lose(self, group_id: str, owned: OwnedGroup) -> None:
         """Stop serving a group whose lease is no longer ours (counted as lost)."""
@@ -261,6 +317,7 @@ class GroupLeases:
                 self.kept_leases[group_id] = owned.lease
             del self.groups[group_id]
             self.timers.cancel_group(group_id)
+            self._answer_parked(group_id, "this coordinator let the group go")
 
     def release_idle(self) -> None:
         """Let go of owned groups with nothing to serve and no request for IDLE_RELEASE_S, so a

@@ -13,6 +13,15 @@ from tests.support import hostile
 from tests.support.coordinator import CoordinatorProcess
 from tests.support.pgcluster import create_database, drop_database
 
+CLASSIC_FLAGS = (
+    "--classic-min-session-timeout-ms",
+    "100",
+    "--classic-initial-rebalance-delay-ms",
+    "0",
+    "--classic-new-member-join-timeout-ms",
+    "2000",
+)
+
 
 @pytest.fixture(scope="module")
 def fuzz_target(
@@ -22,7 +31,12 @@ def fuzz_target(
     database_url = create_database(postgres_admin_url, name)
     log_path = tmp_path_factory.mktemp("fuzz") / "coordinator.log"
     coordinator = CoordinatorProcess(
-        database_url, "--max-message-bytes", str(LIMIT), log_path=log_path
+        database_url,
+        "--max-message-bytes",
+        str(LIMIT),
+        # Classic phases as short as the generators' timeouts: parked calls end quickly.
+        *CLASSIC_FLAGS,
+        log_path=log_path,
     )
     try:
         coordinator.start()

@@ -1,10 +1,10 @@
 """Issue 12, fuzzing: thousands of hostile requests per RPC against a real `coordinator-svc
 serve` on 127.0.0.1 and PostgreSQL, while a healthy group heartbeats beside the fuzzed ones.
 
-Per RPC (all of ConnectGroupCoordinator and ConnectGroupAdmin), two kinds of request
-(`tests/support/hostile.py`): well-formed messages with hostile field values, and raw bodies
-(random or mutated encodings); then well-formed requests of every RPC mixed, which drives the
-fuzzed groups deeper (joins, assignments computed and installed, revocations, catalogue
+Per RPC (all of ConnectGroupCoordinator, ConnectGroupClassic and ConnectGroupAdmin), two kinds
+of request (`tests/support/hostile.py`): well-formed messages with hostile field values, and
+raw bodies (random or mutated encodings); then well-formed requests of every RPC mixed, which
+drives the fuzzed groups deeper (joins, assignments computed and installed, revocations, catalogue
 changes). Every answer must be gRPC OK with an in-band code the RPC documents (never
 UNKNOWN_SERVER_ERROR), INVALID_ARGUMENT exactly for an undecodable body, or RESOURCE_EXHAUSTED
 for a message over the server's limit; the server's log must gain no traceback and no error line.
@@ -14,7 +14,9 @@ leases of groups that do not exist).
 
 Examples are derandomized (the same draws every run) and sent in batches of concurrent calls.
 The tests share one coordinator, in this order (a Prepare or an Install gets further once
-heartbeats have made members and assignor members to name).
+heartbeats have made members and assignor members to name; a SyncGroup, once JoinGroups have
+handed out member ids and generations). A JoinGroup or SyncGroup may be held for its phase
+(parked): those are sent with a short deadline, which may pass (DEADLINE_EXCEEDED).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ ORDER = (
     "ListAcls",
     "AddAcl",
     "RemoveAcl",
+    "JoinGroup",
+    "SyncGroup",
+    "Heartbeat",
+    "LeaveGroup",
 )
 
 #: Batches per test; a batch holds 1-12 requests (about 6 on average).
@@ -59,7 +65,7 @@ def fuzz_settings(examples: int) -> settings:
 
 def test_every_rpc_is_fuzzed() -> None:
     assert sorted(ORDER) == sorted(hostile.RPCS)
-    assert len(hostile.RPCS) == 12
+    assert len(hostile.RPCS) == 16
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,6 @@ def test_wakeups_are_delivered_after_the_commit_and_not_when_it_fails(
 
 def test_without_a_deliver_hook_wakeups_are_dropped(store: SqlStore) -> None:
     manager = GroupManager(store, DEFAULTS)
-    assert manager.commits.deliver is None
+    manager.commits.deliver = None  # a GroupCommit without a parking lot (GroupManager wires one)
     manager.execute(GROUP, create_classic)
     assert manager.execute(GROUP, join_and_wake("w1")) == "w1 parked"

@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 import sqlalchemy as sa
-from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
+from connect.group.v1 import admin_pb2, classic_pb2, common_pb2, coordinator_pb2
 from google.protobuf.message import DecodeError, Message
 
 from connect_protocol.errors import ErrorCode
@@ -249,6 +249,14 @@ class World:
     computing: dict[str, str] = field(default_factory=dict)
     assigned: dict[Key, common_pb2.ConnectorsAndTasks] = field(default_factory=dict)
     prepared: dict[str, Prepared] = field(default_factory=dict)
+    #: Classic groups (their own names: a classic call on a connect group is refused, and a
+    #: connect call on a classic group likewise, each in one step), the member ids their
+    #: MEMBER_ID_REQUIRED answers handed out (the latest CLASSIC_IDS_KEPT), their generations
+    #: and the members their leader was shown.
+    classic_groups: tuple[str, ...] = ()
+    classic_ids: dict[str, list[str]] = field(default_factory=dict)
+    generations: dict[str, int] = field(default_factory=dict)
+    shown_members: dict[Key, tuple[str, ...]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -266,6 +274,8 @@ class World:
             self.connectors = ("c0", "c1", "c2", "c0-1", "\u00e7-\U0001f600", "k" * NAME_LIMIT)
         if not self.instances:
             self.instances = ("i0", "i1", "i-\u00e9")
+        if not self.classic_groups:
+            self.classic_groups = (f"{p}-k0", f"{p}-k1", f"{p} \u00e9:k2")
 
     # -- reading --
 
@@ -285,6 +295,34 @@ class World:
     def group_epoch(self, group: str) -> int:
         with self.lock:
             return self.group_epochs.get(group, 1)
+
+    def classic_member(self, src: Source, group: str, empty: int = 1) -> str:
+        """A member id for a classic call: mostly one the group handed out, else empty (weight
+        `empty`), one of the pool, or hostile. What the world learned changes the value, never
+        how many choices are drawn (hypothesis replays choice sequences)."""
+        with self.lock:
+            ids = tuple(self.classic_ids.get(group, ()))
+        kind = weighted(src, [(6, "learned"), (empty, "empty"), (2, "pool")])
+        if kind == "learned":
+            i = src.integer(0, CLASSIC_IDS_KEPT - 1)
+            return ids[i % len(ids)] if ids else ""
+        if kind == "empty":
+            return ""
+        return text(src, self.members)
+
+    def classic_group(self, src: Source) -> str:
+        """A classic group: mostly a valid one (so calls reach its state), else hostile."""
+        return lazy(
+            src,
+            [
+                (6, lambda: src.pick(self.classic_groups)),
+                (1, lambda: text(src, self.classic_groups)),
+            ],
+        )
+
+    def generation(self, group: str) -> int:
+        with self.lock:
+            return self.generations.get(group, 0)
 
     # -- learning --
 
@@ -320,6 +358,17 @@ class World:
             )
         elif rpc in ("PutConnector", "DeleteConnector") and resp.error_code == ErrorCode.NONE:
             self.group_epochs[req.group_id] = resp.group_epoch
+        elif rpc == "JoinGroup":
+            if resp.error_code == ErrorCode.MEMBER_ID_REQUIRED and resp.member_id:
+                ids = self.classic_ids.setdefault(req.group_id, [])
+                ids.append(resp.member_id)
+                del ids[:-CLASSIC_IDS_KEPT]
+            elif resp.error_code == ErrorCode.NONE:
+                self.generations[req.group_id] = resp.generation_id
+                if resp.leader == resp.member_id:
+                    self.shown_members[(req.group_id, resp.member_id)] = tuple(
+                        m.member_id for m in resp.members
+                    )
 
 
 # --- well-formed hostile messages, per RPC --------------------------------------------------------
@@ -599,15 +648,145 @@ def list_acls(src: Source, world: World) -> admin_pb2.ListAclsRequest:
     return admin_pb2.ListAclsRequest(principal=text(src, ACL_WORDS, limit=1_100))
 
 
+# --- the classic protocol (ConnectGroupClassic) ---------------------------------------------------
+
+#: Member ids a classic group's MEMBER_ID_REQUIRED answers handed out that the world keeps.
+CLASSIC_IDS_KEPT = 8
+CLASSIC_PROTOCOLS = (("default", 0), ("compatible", 1), ("sessioned", 2))
+
+
+def _classic_metadata(src: Source, world: World, version: int, msg: Any) -> None:
+    msg.version = lazy(src, [(8, lambda: version), (1, lambda: int32(src, (version,)))])
+    msg.url = lazy(src, [(8, lambda: "http://w:8083"), (1, lambda: text(src, limit=URL_LIMIT))])
+    if weighted(src, [(6, False), (1, True)]):
+        msg.config_offset = int64(src)
+    allocation = weighted(src, [(4, "absent"), (3, "sane" if version else "absent"), (2, "any")])
+    if allocation == "sane":
+        msg.allocation.SetInParent()
+    elif allocation == "any":
+        _resources(src, world, msg.allocation)
+
+
+def join_group(src: Source, world: World) -> classic_pb2.JoinGroupRequest:
+    group = world.classic_group(src)
+    req = classic_pb2.JoinGroupRequest(
+        group_id=group,
+        member_id=world.classic_member(src, group, empty=3),
+        # Short timeouts, mostly: a join waits for its phase, which they bound.
+        session_timeout_ms=lazy(src, [(6, lambda: 300), (2, lambda: int32(src, (100,)))]),
+        rebalance_timeout_ms=lazy(src, [(8, lambda: 150), (1, lambda: int32(src, (0,)))]),
+        protocol_type=lazy(
+            src, [(10, lambda: "connect"), (1, lambda: "consumer"), (1, lambda: text(src))]
+        ),
+    )
+    for _ in range(weighted(src, [(6, 1), (2, 2), (1, 3), (1, 0), (1, 4)])):
+        name, version = lazy(
+            src,
+            [
+                (8, lambda: src.pick(CLASSIC_PROTOCOLS)),
+                (1, lambda: (text(src, ("default", "range", "cooperative-sticky")), 0)),
+            ],
+        )
+        _classic_metadata(src, world, version, req.protocols.add(name=name).metadata)
+    if weighted(src, [(10, False), (1, True)]):
+        req.group_instance_id = text(src, world.instances)
+    if weighted(src, [(6, False), (1, True)]):
+        req.reason = text(src, ("rejoin", "metadata changed"), limit=1_024)
+    return req
+
+
+def _classic_assignment(src: Source, world: World, msg: Any) -> None:
+    msg.version = lazy(src, [(6, lambda: src.pick((0, 1, 2))), (1, lambda: int32(src))])
+    if weighted(src, [(8, False), (1, True)]):
+        msg.error = int32(src)
+    if weighted(src, [(8, False), (1, True)]):
+        msg.leader = text(src, world.members)
+    lazy(
+        src,
+        [
+            (2, lambda: msg.assignment.SetInParent()),
+            (3, lambda: _resources(src, world, msg.assignment)),
+        ],
+    )
+    if weighted(src, [(3, False), (1, True)]):
+        _resources(src, world, msg.revoked)
+    if weighted(src, [(6, False), (1, True)]):
+        msg.delay = int32(src, (0,))
+
+
+def sync_group(src: Source, world: World) -> classic_pb2.SyncGroupRequest:
+    group = world.classic_group(src)
+    member = world.classic_member(src, group)
+    known = world.generation(group)
+    req = classic_pb2.SyncGroupRequest(
+        group_id=group,
+        member_id=member,
+        generation_id=lazy(src, [(6, lambda: known), (2, lambda: int32(src, (known,)))]),
+    )
+    with world.lock:
+        shown = world.shown_members.get((group, member), ())
+    # The leader's sane assignment (everyone its JoinGroup answer named, nothing given: the
+    # values come from the world, the draws do not depend on it), none, or hostile entries.
+    version = lazy(src, [(6, lambda: src.pick((0, 1, 2))), (1, lambda: int32(src))])
+    kind = weighted(src, [(4, "shown"), (2, "none"), (2, "hostile")])
+    if kind == "shown":
+        for target in shown:
+            entry = req.assignments.add(member_id=target).assignment
+            entry.version = version
+            entry.assignment.SetInParent()
+    elif kind == "hostile":
+        for _ in range(src.integer(1, 3)):
+            target = world.classic_member(src, group, empty=0)
+            _classic_assignment(src, world, req.assignments.add(member_id=target).assignment)
+    if weighted(src, [(6, False), (1, True)]):
+        req.protocol_type = text(src, ("connect", "consumer"))
+    if weighted(src, [(6, False), (1, True)]):
+        req.protocol_name = text(src, tuple(name for name, _v in CLASSIC_PROTOCOLS))
+    if weighted(src, [(10, False), (1, True)]):
+        req.group_instance_id = text(src, world.instances)
+    return req
+
+
+def classic_heartbeat(src: Source, world: World) -> classic_pb2.HeartbeatRequest:
+    group = world.classic_group(src)
+    known = world.generation(group)
+    req = classic_pb2.HeartbeatRequest(
+        group_id=group,
+        member_id=world.classic_member(src, group),
+        generation_id=lazy(src, [(6, lambda: known), (2, lambda: int32(src, (known,)))]),
+    )
+    if weighted(src, [(10, False), (1, True)]):
+        req.group_instance_id = text(src, world.instances)
+    return req
+
+
+def leave_group(src: Source, world: World) -> classic_pb2.LeaveGroupRequest:
+    group = world.classic_group(src)
+    req = classic_pb2.LeaveGroupRequest(group_id=group)
+    for _ in range(weighted(src, [(8, 1), (2, 2), (1, 0), (1, 70)])):
+        leaving = req.members.add(member_id=world.classic_member(src, group))
+        if weighted(src, [(10, False), (1, True)]):
+            leaving.group_instance_id = text(src, world.instances)
+        if weighted(src, [(6, False), (1, True)]):
+            leaving.reason = text(src, ("stopping",), limit=1_024)
+    return req
+
+
 # --- the RPCs -------------------------------------------------------------------------------------
 
 COORDINATOR_SERVICE = "connect.group.v1.ConnectGroupCoordinator"
 ADMIN_SERVICE = "connect.group.v1.ConnectGroupAdmin"
+CLASSIC_SERVICE = "connect.group.v1.ConnectGroupClassic"
+#: RPCs whose call may be held by the coordinator until its phase ends (a parked JoinGroup or
+#: SyncGroup): sent with a short deadline, which may pass (DEADLINE_EXCEEDED is then allowed).
+PARKABLE = frozenset({"JoinGroup", "SyncGroup"})
+PARKED_DEADLINE_S = 0.5
 
 #: The in-band codes only one RPC may answer (common.proto says so of each).
 ONLY_FROM: dict[int, str] = {
     ErrorCode.COMPUTE_ASSIGNMENT: "ConnectGroupHeartbeat",
     ErrorCode.INVALID_ASSIGNMENT: "ConnectGroupInstallAssignment",
+    ErrorCode.MEMBER_ID_REQUIRED: "JoinGroup",
 }
 
 
@@ -706,6 +885,34 @@ RPCS: dict[str, Rpc] = {
             admin_pb2.RemoveAclRequest,
             admin_pb2.RemoveAclResponse,
             remove_acl,
+        ),
+        Rpc(
+            "JoinGroup",
+            CLASSIC_SERVICE,
+            classic_pb2.JoinGroupRequest,
+            classic_pb2.JoinGroupResponse,
+            join_group,
+        ),
+        Rpc(
+            "SyncGroup",
+            CLASSIC_SERVICE,
+            classic_pb2.SyncGroupRequest,
+            classic_pb2.SyncGroupResponse,
+            sync_group,
+        ),
+        Rpc(
+            "Heartbeat",
+            CLASSIC_SERVICE,
+            classic_pb2.HeartbeatRequest,
+            classic_pb2.HeartbeatResponse,
+            classic_heartbeat,
+        ),
+        Rpc(
+            "LeaveGroup",
+            CLASSIC_SERVICE,
+            classic_pb2.LeaveGroupRequest,
+            classic_pb2.LeaveGroupResponse,
+            leave_group,
         ),
     )
 }
@@ -872,6 +1079,8 @@ def judge(
             verdict.problems.append(f"INVALID_ARGUMENT for a body that decodes: {details}")
         elif not details.startswith("the request body is not a valid connect.group.v1."):
             verdict.problems.append(f"INVALID_ARGUMENT without the usual message: {details}")
+    elif status is grpc.StatusCode.DEADLINE_EXCEEDED and rpc in PARKABLE and decodes:
+        verdict.label = "DEADLINE_EXCEEDED/parked"  # held for its phase past the short deadline
     elif status is grpc.StatusCode.RESOURCE_EXHAUSTED:
         # The request was over the limit, or the answer (the contract: "message too large").
         if "Sent message larger than max" in details:
@@ -903,9 +1112,12 @@ class RawClient:
         self.timeout_s = timeout_s
         self._calls = {rpc.name: self.channel.unary_unary(rpc.path) for rpc in RPCS.values()}
 
+    def _timeout(self, rpc: str) -> float:
+        return min(self.timeout_s, PARKED_DEADLINE_S) if rpc in PARKABLE else self.timeout_s
+
     def send(self, rpc: str, body: bytes) -> tuple[grpc.StatusCode, str, bytes | None]:
         try:
-            answer = self._calls[rpc](body, timeout=self.timeout_s)
+            answer = self._calls[rpc](body, timeout=self._timeout(rpc))
         except grpc.RpcError as error:
             return error.code(), error.details() or "", None
         return grpc.StatusCode.OK, "", answer
@@ -914,7 +1126,7 @@ class RawClient:
         self, calls: Sequence[tuple[str, bytes]]
     ) -> list[tuple[grpc.StatusCode, str, bytes | None]]:
         """Several calls in flight at once; answers in the order of `calls`."""
-        futures = [self._calls[rpc].future(body, timeout=self.timeout_s) for rpc, body in calls]
+        futures = [self._calls[rpc].future(body, timeout=self._timeout(rpc)) for rpc, body in calls]
         out: list[tuple[grpc.StatusCode, str, bytes | None]] = []
         for f in futures:
             try:
