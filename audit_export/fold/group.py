@@ -14,6 +14,11 @@ not given by event ids:
   all restarted, is final: nothing changes it any more (a late install or revocation request for
   its epoch is ignored; the coordinator never sends one) and it leaves the state.
 
+A classic group's rows (one per generation, plan-issue25 3.11) follow the same meaning: a
+generation's row is opened by its first CLASSIC_REBALANCE_STARTED (or its completion), a row
+that is final is opened afresh by a later one of the same generation (as a run that no longer
+carries it would), and its members converge by their own rule, not by connect's levels.
+
 Each row carries `open`: True if a later event, or only time, can still change it. A run writes
 every row it created or changed, and every open row again.
 """
