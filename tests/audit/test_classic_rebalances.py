@@ -395,7 +395,7 @@ def classic_histories(draw: st.DrawFn) -> list[Event]:
     return events
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(classic_histories(), st.data())
 def test_folding_in_runs_equals_one_fold_with_classic_events(
     events: list[Event], data: st.DataObject
