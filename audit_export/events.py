@@ -1,5 +1,6 @@
 """The event table's vocabulary (DESIGN 3.17) as Spark sees it: event types, the payload keys the
-coordinator writes (coordinator_svc/core/*.py: `change.event(...)`), and resource sets.
+coordinator writes (coordinator_svc/core/*.py: `change.event(...)`; for classic groups the
+contract of docs/plan-issue25-classic-groups.md 3.4), and resource sets.
 
 A resource set is stored as `{"connectors": [...], "tasks": [{"connector", "task"}]}`, or, above
 256 tasks, with its tasks as runs `"task_ranges": [{"connector", "first", "last"}]`
@@ -41,6 +42,13 @@ SCHEDULED_REBALANCE_FIRED = "SCHEDULED_REBALANCE_FIRED"
 HOLD_RELEASED = "HOLD_RELEASED"
 CONNECTOR_PUT = "CONNECTOR_PUT"
 CONNECTOR_DELETED = "CONNECTOR_DELETED"
+# Classic groups (DESIGN 3.19): a rebalance started at generation g (the row of g + 1), its join
+# phase completed (at g + 1: leader, protocol, members), the leader's assignments refused; and a
+# group changing type (read by no finding: a classic row is named by the events above).
+CLASSIC_REBALANCE_STARTED = "CLASSIC_REBALANCE_STARTED"
+CLASSIC_JOIN_COMPLETED = "CLASSIC_JOIN_COMPLETED"
+ASSIGNMENT_REFUSED = "ASSIGNMENT_REFUSED"
+GROUP_CONVERTED = "GROUP_CONVERTED"
 
 USED_EVENT_TYPES = frozenset(
     {
@@ -63,6 +71,9 @@ USED_EVENT_TYPES = frozenset(
         HOLD_RELEASED,
         CONNECTOR_PUT,
         CONNECTOR_DELETED,
+        CLASSIC_REBALANCE_STARTED,
+        CLASSIC_JOIN_COMPLETED,
+        ASSIGNMENT_REFUSED,
     }
 )
 """The event types the findings read."""
@@ -109,7 +120,7 @@ MOVE = StructType(
 
 PAYLOAD = StructType(
     [
-        # GROUP_EPOCH_BUMPED
+        # GROUP_EPOCH_BUMPED, CLASSIC_REBALANCE_STARTED, ASSIGNMENT_REFUSED
         StructField("reason", StringType()),
         StructField("connector", StringType()),
         # TARGET_INSTALLED, SCHEDULED_REBALANCE_SET
@@ -137,10 +148,22 @@ PAYLOAD = StructType(
         StructField("previous_member_id", StringType()),
         # catalogue
         StructField("task_count", IntegerType()),
+        # classic groups: CLASSIC_REBALANCE_STARTED (the current generation), ASSIGNMENT_REFUSED
+        # and CLASSIC_JOIN_COMPLETED (the new one); the join's leader, protocol and members
+        StructField("generation", IntegerType()),
+        StructField("leader", StringType()),
+        StructField("protocol", StringType()),
+        StructField("members", ArrayType(StringType())),
+        # CLASSIC_JOIN_COMPLETED: what a hold kept from the leader
+        StructField("withheld", RESOURCE_SET),
+        # ASSIGNMENT_DELIVERED: what this answer gave the member (a classic row's moves)
+        StructField("added", RESOURCE_SET),
     ]
 )
-"""The payload keys the findings read (others, such as ASSIGNMENT_DELIVERED's `added` and
-`removed`, are left unparsed)."""
+"""The payload keys the findings read. Others are left unparsed, among them ASSIGNMENT_DELIVERED's
+`removed` and CLASSIC_JOIN_COMPLETED's `removed` (member ids there, a resource set here: one
+schema cannot read both; the members a join removed have their own MEMBER_FENCED events), and
+GROUP_CONVERTED's (`direction`, `members` as counts: no finding reads it, so it is not parsed)."""
 
 
 def parsed(events: DataFrame) -> DataFrame:

@@ -47,10 +47,11 @@ STATE_DIR = "_findings_state"
 
 SCHEMAS: dict[str, str] = {
     "rebalances": (
-        "group_id STRING, group_epoch INT, reason STRING, trigger_member_id STRING, "
-        "trigger_connector STRING, bump_event_id BIGINT, bumped_at_ms BIGINT, "
-        "install_event_id BIGINT, installed_at_ms BIGINT, assignor_member_id STRING, "
-        "scheduled_rebalance_delay_ms BIGINT, "
+        "group_id STRING, group_epoch INT, group_type STRING, reason STRING, "
+        "trigger_member_id STRING, trigger_connector STRING, bump_event_id BIGINT, "
+        "bumped_at_ms BIGINT, install_event_id BIGINT, installed_at_ms BIGINT, "
+        "assignor_member_id STRING, leader_id STRING, protocol STRING, withheld ARRAY<STRING>, "
+        "refused_reason STRING, scheduled_rebalance_delay_ms BIGINT, "
         "moves ARRAY<STRUCT<resource: STRING, `from`: STRING, `to`: STRING>>, "
         "moved ARRAY<STRING>, newly_assigned ARRAY<STRING>, left_unassigned ARRAY<STRING>, "
         "removed ARRAY<STRING>, revoked ARRAY<STRING>, moved_count INT, "

@@ -6,6 +6,15 @@
   nobody, e.g. held back for a delayed rebalance), what members were told to revoke for it, and
   the time from the bump until every member that was in the group when the target was installed
   had reached it (STABLE at that epoch or later, or gone); plus the lost resources it handled.
+  A classic group (DESIGN 3.19) has one row per generation instead (`group_type` "classic"):
+  the reason its rebalance started (CLASSIC_REBALANCE_STARTED) and the member behind it, the
+  join's completion as its install (`installed_at_ms`; the leader as `leader_id` and
+  `assignor_member_id`, the `protocol` voted, what a hold kept from the leader as `withheld`),
+  what the generation's SyncGroup answers gave (`moved` from the resource's last owner,
+  `newly_assigned` from nobody), what they revoked, and when every member of the join had been
+  answered at that generation (or a later one) or was gone (`converged_at_ms`); `status`
+  `refused` with `refused_reason` when the leader's assignments were refused, `awaiting_join`
+  before the join completed. Connect rows have `group_type` "connect" and no leader.
 - `lost_resources`: every resource a member stopped running because it left, was fenced, expired
   or timed out: when, and how long until some member ran it again (`waited_ms`; null while it
   still waits).

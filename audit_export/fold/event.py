@@ -46,6 +46,14 @@ class Event(NamedTuple):
     previous_member_id: str | None = None
     task_count: int | None = None
     moved_members: tuple[str, ...] = ()
+    # classic groups (CLASSIC_REBALANCE_STARTED, CLASSIC_JOIN_COMPLETED, ASSIGNMENT_REFUSED,
+    # ASSIGNMENT_DELIVERED's `added`)
+    generation: int | None = None
+    leader: str | None = None
+    protocol: str | None = None
+    members: tuple[str, ...] = ()
+    withheld: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
 
     @staticmethod
     def from_parsed(row: Mapping[str, Any]) -> Event:
@@ -80,6 +88,12 @@ class Event(NamedTuple):
             previous_member_id=row.get("p_previous_member_id"),
             task_count=row.get("p_task_count"),
             moved_members=tuple(row.get("p_moved_members") or ()),
+            generation=row.get("p_generation"),
+            leader=row.get("p_leader"),
+            protocol=row.get("p_protocol"),
+            members=tuple(row.get("p_members") or ()),
+            withheld=tuple(row.get("p_withheld") or ()),
+            added=tuple(row.get("p_added") or ()),
         )
 
     @property

@@ -14,6 +14,11 @@ not given by event ids:
   all restarted, is final: nothing changes it any more (a late install or revocation request for
   its epoch is ignored; the coordinator never sends one) and it leaves the state.
 
+A classic group's rows (one per generation, plan-issue25 3.11) follow the same meaning: a
+generation's row is opened by its first CLASSIC_REBALANCE_STARTED (or its completion), a row
+that is final is opened afresh by a later one of the same generation (as a run that no longer
+carries it would), and its members converge by their own rule, not by connect's levels.
+
 Each row carries `open`: True if a later event, or only time, can still change it. A run writes
 every row it created or changed, and every open row again.
 """
@@ -41,6 +46,10 @@ from .state import (
 )
 
 TASK_NAME = re.compile(r"^(.*)-(\d+)$")
+
+CONNECT = "connect"
+CLASSIC = "classic"
+"""A rebalance row's `group_type`: opened by GROUP_EPOCH_BUMPED, or by a classic rebalance."""
 
 DOUBLE_OWNERSHIP = "DOUBLE_OWNERSHIP"
 UNASSIGNED_TOO_LONG = "UNASSIGNED_TOO_LONG"
@@ -121,6 +130,12 @@ class GroupFold:
 
         membership = self._membership_rows(e)
         member_rows = self._member_rows(e)
+        # Who ran what this delivery adds, before it (a classic generation's moves).
+        prior = (
+            {r: s.last_owner.get(r) for r in e.added}
+            if e.event_type == ev.ASSIGNMENT_DELIVERED
+            else {}
+        )
 
         # Liveness (live counts, empty spans, convergence of members who stop being live).
         for change in membership:
@@ -187,6 +202,13 @@ class GroupFold:
             self._losses(e)
         if e.event_type == ev.ASSIGNMENT_DELIVERED and e.member_id is not None:
             self._delivered(e)
+            self._classic_delivered(e, prior)
+        elif e.event_type == ev.CLASSIC_REBALANCE_STARTED:
+            self._classic_started(e)
+        elif e.event_type == ev.CLASSIC_JOIN_COMPLETED:
+            self._classic_completed(e)
+        elif e.event_type == ev.ASSIGNMENT_REFUSED:
+            self._classic_refused(e)
         elif e.event_type == ev.GROUP_EPOCH_BUMPED:
             self._bump(e)
         elif e.event_type == ev.TARGET_INSTALLED:
@@ -566,7 +588,12 @@ class GroupFold:
         if e.assignment_epoch is None:
             return
         rb = s.rebalances.get(e.assignment_epoch)
-        if rb is None or rb.install is not None or self._rebalance_final(rb):
+        if (
+            rb is None
+            or rb.group_type != CONNECT
+            or rb.install is not None
+            or self._rebalance_final(rb)
+        ):
             return
         moves: list[dict[str, Any]] = [
             {"resource": m.resource, "from": m.source, "to": m.destination} for m in e.moves or ()
@@ -604,10 +631,110 @@ class GroupFold:
         if m.floor is not None and level > m.floor:
             for epoch in range(m.floor + 1, level + 1):
                 rb = s.rebalances.get(epoch)
-                if rb is not None and member_id in rb.waiting_members:
+                if rb is None or rb.group_type != CONNECT:
+                    continue  # a classic row converges by its own rule (_classic_delivered)
+                if member_id in rb.waiting_members:
                     rb.waiting_members.discard(member_id)
                     rb.last_done_ms = _max(rb.last_done_ms, at_ms)
         m.floor = level if m.floor is None else max(m.floor, level)
+
+    # -- classic generations (plan-issue25 3.11) ------------------------------------------------
+
+    def _previous_superseded_by(self, epoch: int, event_id: int) -> None:
+        """The row before `epoch` (the latest one still carried) is superseded at `event_id`."""
+        s = self.s
+        earlier = [x for x in s.rebalances if x < epoch]
+        if earlier:
+            previous = s.rebalances[max(earlier)]
+            if previous.next_bump_event_id is None:
+                previous.next_bump_event_id = event_id
+
+    def _classic_open(self, e: Event, epoch: int, reason: str | None) -> Rebalance:
+        """The row of classic generation `epoch`, opened at `e` unless it exists."""
+        s = self.s
+        rb = s.rebalances.get(epoch)
+        # A final row is as good as gone (the run's end drops it): opened again, as a later run
+        # that no longer carries it would.
+        if rb is None or self._rebalance_final(rb):
+            self._previous_superseded_by(epoch, e.id)
+            rb = s.rebalances[epoch] = Rebalance(
+                epoch=epoch,
+                reason=reason,
+                trigger_member_id=e.member_id if reason is not None else None,
+                trigger_connector=e.connector if reason is not None else None,
+                bump_event_id=e.id,
+                bumped_at_ms=e.at_ms,
+                live_members=s.live_count,
+                group_type=CLASSIC,
+            )
+        return rb
+
+    def _classic_started(self, e: Event) -> None:
+        """A rebalance started at generation g: the row of g + 1 (a later start before the join
+        completes folds into it: the first one's reason and time stand)."""
+        self._classic_open(e, _generation(e) + 1, e.reason)
+
+    def _classic_completed(self, e: Event) -> None:
+        """The join phase of a generation completed: its leader, protocol and the members that
+        must sync (a completion with no start, e.g. after a takeover, opens the row itself,
+        without a reason)."""
+        rb = self._classic_open(e, _generation(e), None)
+        if rb.group_type != CLASSIC or rb.install is not None or self._rebalance_final(rb):
+            return
+        rb.install = {
+            "install_event_id": e.id,
+            "installed_at_ms": e.at_ms,
+            "assignor_member_id": e.leader,
+            "moves": [],
+            "scheduled_rebalance_delay_ms": None,
+            "removed": [],
+        }
+        rb.leader_id = e.leader
+        rb.protocol = e.protocol
+        rb.withheld = sorted(set(e.withheld))
+        rb.waiting_members = set(e.members)
+        rb.members_to_converge = len(rb.waiting_members)
+
+    def _classic_refused(self, e: Event) -> None:
+        """The leader's assignments for the generation were refused: nobody will sync to it."""
+        rb = self.s.rebalances.get(_generation(e))
+        if rb is None or rb.group_type != CLASSIC or rb.install is None:
+            return
+        if rb.refused_reason is None and not self._rebalance_final(rb):
+            rb.refused_reason = e.reason or ""
+            rb.waiting_members = set()
+
+    def _classic_delivered(self, e: Event, prior: dict[str, str | None]) -> None:
+        """A SyncGroup answer of generation `member_epoch`: what it added moved from the
+        resource's last owner (or was newly assigned), in that generation's row; and the member
+        has synced to that generation and every earlier one it was waited for in."""
+        member_id = e.member_id
+        if member_id is None or e.member_epoch is None:
+            return
+        s = self.s
+        rb = s.rebalances.get(e.member_epoch)
+        if (
+            rb is not None
+            and rb.group_type == CLASSIC
+            and rb.install is not None
+            and rb.refused_reason is None
+            and not self._rebalance_final(rb)
+        ):
+            moves = rb.install["moves"]
+            for r in dict.fromkeys(e.added):
+                source = prior.get(r)
+                move = {"resource": r, "from": source, "to": member_id}
+                if source != member_id and move not in moves:
+                    moves.append(move)
+            moves.sort(key=_move_order)
+        for epoch, other in s.rebalances.items():
+            if (
+                other.group_type == CLASSIC
+                and epoch <= e.member_epoch
+                and member_id in other.waiting_members
+            ):
+                other.waiting_members.discard(member_id)
+                other.last_done_ms = _max(other.last_done_ms, e.at_ms)
 
     def _rebalance_row(self, rb: Rebalance) -> dict[str, Any]:
         install = rb.install or {}
@@ -622,14 +749,25 @@ class GroupFold:
         )
         stats = self.s.lost_stats.get(rb.epoch)
         installed = rb.install is not None
-        converged = installed and not rb.waiting_members
-        no_members = not installed and rb.live_members == 0
+        classic = rb.group_type == CLASSIC
+        refused = rb.refused_reason is not None
+        converged = installed and not rb.waiting_members and not refused
+        if classic:
+            no_members = converged and rb.members_to_converge == 0
+        else:
+            no_members = not installed and rb.live_members == 0
         converged_at: int | None = None
-        if converged:
+        if classic and no_members:
+            converged_at = install["installed_at_ms"]
+        elif converged:
             converged_at = _max(rb.last_done_ms, install["installed_at_ms"])
         elif no_members:
             converged_at = rb.bumped_at_ms
-        if converged:
+        if refused:
+            status = "refused"
+        elif classic and no_members:
+            status = "no_members"
+        elif converged:
             status = "converged"
         elif no_members:
             status = "no_members"
@@ -638,10 +776,11 @@ class GroupFold:
         elif rb.next_bump_event_id is not None:
             status = "superseded"
         else:
-            status = "awaiting_target"
+            status = "awaiting_join" if classic else "awaiting_target"
         return {
             "group_id": self.s.group_id,
             "group_epoch": rb.epoch,
+            "group_type": rb.group_type,
             "reason": rb.reason,
             "trigger_member_id": rb.trigger_member_id,
             "trigger_connector": rb.trigger_connector,
@@ -650,6 +789,10 @@ class GroupFold:
             "install_event_id": install.get("install_event_id"),
             "installed_at_ms": install.get("installed_at_ms"),
             "assignor_member_id": install.get("assignor_member_id"),
+            "leader_id": rb.leader_id,
+            "protocol": rb.protocol,
+            "withheld": sorted(rb.withheld),
+            "refused_reason": rb.refused_reason,
             "scheduled_rebalance_delay_ms": install.get("scheduled_rebalance_delay_ms") or 0,
             "moves": moves if installed else None,
             "moved": moved,
@@ -755,6 +898,24 @@ def _max(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return max(a, b)
+
+
+def _generation(e: Event) -> int:
+    """A classic event's generation: its payload's, else the group epoch it was written at
+    (the same number: a classic group's generation is its group epoch)."""
+    return e.generation if e.generation is not None else e.group_epoch
+
+
+def _move_order(move: dict[str, Any]) -> tuple[Any, ...]:
+    """A classic row's moves in Spark's `sort_array` order of (resource, from, to): nulls
+    first."""
+    return (
+        move["resource"],
+        move["from"] is not None,
+        move["from"] or "",
+        move["to"] is not None,
+        move["to"] or "",
+    )
 
 
 def fold_group(

@@ -70,6 +70,15 @@ class Rebalance:
     waiting_members: set[str] = field(default_factory=set)
     members_to_converge: int = 0
     last_done_ms: int | None = None
+    # A classic generation's row (opened by CLASSIC_REBALANCE_STARTED; `install` is its
+    # CLASSIC_JOIN_COMPLETED, its moves the deliveries of the generation): the leader, the
+    # protocol voted, what a hold kept from the leader, and the refusal of the leader's
+    # assignments, if any. Defaults for a connect row (and for states carried before).
+    group_type: str = "connect"
+    leader_id: str | None = None
+    protocol: str | None = None
+    withheld: list[str] = field(default_factory=list)
+    refused_reason: str | None = None
 
 
 @dataclass

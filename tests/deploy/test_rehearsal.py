@@ -13,7 +13,10 @@ containers as the kubelet does (tests/deploy/local.py).
 In order:
 - an upgrade: the database has the previous release's schema; the coordinators, started with the
   migration Job as one `kubectl apply` would, wait for it (not ready, no gRPC server yet) and
-  start serving once it has run;
+  start serving once it has run; only once every replica serves does the first classic worker
+  join (the order deploy/k8s/README.md gives for the release that brings classic groups: the
+  migration Job, the whole rollout, then the first classic join), and its group is stored as a
+  classic group;
 - the StatefulSet's rolling update (pods replaced one by one in reverse ordinal order, each
   deleted, waited for, started again under the same name and waited for until ready) leaves the
   group epoch and every assignment unchanged, with no change of owner in the coordinator's
@@ -40,10 +43,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import sqlalchemy as sa
 from alembic import command as alembic_command
-from connect.group.v1 import admin_pb2
+from connect.group.v1 import admin_pb2, classic_pb2, classic_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator_svc.store.migrate import alembic_config, code_revisions
@@ -344,6 +348,36 @@ class Rehearsal:
         )
         assert resp.error_code == 0, resp
 
+    def classic_join(self, group: str) -> Any:
+        """A classic worker's first JoinGroup (no member id yet), through the Service."""
+        assert self.service is not None
+        channel = grpc.insecure_channel(self.service.address)
+        try:
+            request = classic_pb2.JoinGroupRequest(
+                group_id=group,
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=60_000,
+                protocol_type="connect",
+                protocols=[
+                    classic_pb2.JoinGroupRequestProtocol(
+                        name="compatible",
+                        metadata=classic_pb2.ConnectWorkerMetadata(
+                            version=1, url="http://127.0.0.1:8083"
+                        ),
+                    )
+                ],
+            )
+            return classic_pb2_grpc.ConnectGroupClassicStub(channel).JoinGroup(request, timeout=10)
+        finally:
+            channel.close()
+
+    def group_type(self, group: str) -> str | None:
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                sa.text("SELECT group_type FROM groups WHERE group_id = :g"), {"g": group}
+            ).scalar()
+        return None if found is None else str(found)
+
     def events(self, after_id: int = 0) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(
@@ -501,6 +535,10 @@ def scraped(port: int, name: str, **labels: str) -> float:
     )
 
 
+CLASSIC_GROUP = "rehearsal-classic"
+MEMBER_ID_REQUIRED = 79
+
+
 def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_outage(
     rehearsal: Rehearsal,
 ) -> None:
@@ -537,6 +575,12 @@ def test_dev_topology_upgrades_rolls_loses_its_owner_and_rides_out_a_database_ou
         with urllib.request.urlopen(url, timeout=5) as resp:
             assert b"coordinator_groups" in resp.read(), name
     rh.start_service()
+    # The first classic join, once the whole rollout is done (every replica of the new release
+    # serving): MEMBER_ID_REQUIRED with a member id to join with, its group stored as classic.
+    assert rh.group_type(CLASSIC_GROUP) is None
+    joined = rh.classic_join(CLASSIC_GROUP)
+    assert joined.error_code == MEMBER_ID_REQUIRED and joined.member_id, joined
+    assert rh.group_type(CLASSIC_GROUP) == "classic"
     replicas = rh.worker_t.owner["spec"]["replicas"]
     pods = [rh.worker_pod(i) for i in range(replicas)]
     assert replicas >= 3
