@@ -275,12 +275,28 @@ class _Join:
             )
             if member.pending_revocation:
                 change.cancel((REVOCATION, member_id))
+        state = MemberState.UNREVOKED if pending else MemberState.STABLE
+        if assigned != member.assigned:
+            # What it still runs, as a delivery says it: the audit's timeline takes a member's
+            # running set from deliveries, and a release of assigned work (an eager worker
+            # stops everything before it joins) would otherwise leave it running there until
+            # its next SyncGroup, beside whoever is given that work first.
+            change.event(
+                EventType.ASSIGNMENT_DELIVERED,
+                member_id,
+                member_epoch=member.member_epoch,
+                state=state.value,
+                assigned=assigned.to_json(),
+                added=EMPTY.to_json(),
+                removed=(member.assigned - assigned).to_json(),
+                released_by="join",
+            )
         return replace(
             member,
             assigned=assigned,
             pending_revocation=pending,
             tokens=member.tokens.restricted(assigned),
-            state=MemberState.UNREVOKED if pending else MemberState.STABLE,
+            state=state,
         )
 
     def check_protocols(self, member: Member | None) -> None:
