@@ -4,10 +4,6 @@ per-resource lookups it replaces (`reconciliation.free_in` over `connector_owner
 
 from __future__ import annotations
 
-import sys
-from types import FrameType
-from typing import Any
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +11,7 @@ from connect_protocol.resources import ResourceSet, TaskId
 from coordinator_svc.core.change import GroupChange
 from coordinator_svc.core.model import GroupMeta, GroupState, Hold, Member, TargetAssignment
 from coordinator_svc.core.reconciliation import free_in
+from tests.core.call_counts import calls
 from tests.core.harness import DEFAULTS
 
 CONNECTORS = ("a", "b", "c")
@@ -59,22 +56,6 @@ def test_free_for_is_what_the_lookups_say(case: tuple[GroupChange, str, Resource
     assert (got.connectors, got.tasks) == (expected.connectors, expected.tasks)
 
 
-def _calls(call: Any) -> int:
-    count = 0
-
-    def profile(_frame: FrameType, event: str, _arg: Any) -> None:
-        nonlocal count
-        if event in ("call", "c_call"):
-            count += 1
-
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return count
-
-
 def test_a_new_connectors_tasks_are_found_free_without_a_lookup_each() -> None:
     counts = []
     for size in (1_000, 4_000):
@@ -82,5 +63,5 @@ def test_a_new_connectors_tasks_are_found_free_without_a_lookup_each() -> None:
         state.put_member(Member("w1", 3, assigned=ResourceSet.of(["old"], [("old", 0)])))
         change = GroupChange(state, "g", 1_000, DEFAULTS)
         new = ResourceSet.of(["big"], [TaskId("big", n) for n in range(size)])
-        counts.append(_calls(lambda c=change, n=new: c.free_for("w1", n)))
+        counts.append(calls(lambda c=change, n=new: c.free_for("w1", n)))
     assert counts[1] <= counts[0] * 1.1

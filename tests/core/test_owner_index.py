@@ -4,11 +4,7 @@ member's share), not O(the share) in Python steps (issue 24)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from dataclasses import replace
-from types import FrameType
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +13,7 @@ from hypothesis import strategies as st
 from connect_protocol.resources import ResourceSet, TaskId
 from coordinator_svc.core.errors import IllegalStateError
 from coordinator_svc.core.model import GroupMeta, GroupState, Member, TargetAssignment
+from tests.core.call_counts import calls
 
 CONNECTORS = ("a", "b", "c")
 TASKS = tuple(TaskId(c, n) for c in CONNECTORS for n in range(4))
@@ -99,23 +96,6 @@ def test_a_put_that_would_own_anothers_task_is_refused_and_changes_nothing() -> 
     assert state.members["w2"].assigned == ResourceSet.of(["b"], [("b", 0)])
 
 
-def _calls(call: Callable[[], object]) -> int:
-    """Python and builtin calls `call` makes (set arithmetic inside C counts one)."""
-    count = 0
-
-    def profile(_frame: FrameType, event: str, _arg: Any) -> None:
-        nonlocal count
-        if event in ("call", "c_call"):
-            count += 1
-
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return count
-
-
 def _share(tasks: int, shift: int) -> ResourceSet:
     return ResourceSet.of(
         (), (TaskId(f"c{n // 100:04d}", n % 100) for n in range(shift, shift + tasks))
@@ -131,6 +111,6 @@ def test_a_put_costs_what_changed_not_the_share(size: int) -> None:
         state = _state()
         state.put_member(Member("w1", 1, assigned=_share(share_size, 0)))
         moved = Member("w1", 2, assigned=_share(share_size, 10))
-        counts[share_size] = _calls(lambda m=moved, s=state: s.put_member(m))
+        counts[share_size] = calls(lambda m=moved, s=state: s.put_member(m))
     assert counts[size * 4] <= counts[size] * 1.1
     assert counts[size] < 400
