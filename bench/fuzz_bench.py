@@ -352,6 +352,9 @@ def run(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
         str(args.max_message_bytes),
         "--log-level",
         args.coordinator_log_level,
+        # The fuzz's classic sessions are short (tests/fuzz): with the default bounds most of
+        # its JoinGroups would stop at INVALID_SESSION_TIMEOUT and never reach a group.
+        *hostile.CLASSIC_FLAGS,
         log_path=coordinator_log,
     )
     log(f"starting coordinator-svc serve on {coordinator.address} (log: {coordinator_log})")

@@ -13,14 +13,7 @@ from tests.support import hostile
 from tests.support.coordinator import CoordinatorProcess
 from tests.support.pgcluster import create_database, drop_database
 
-CLASSIC_FLAGS = (
-    "--classic-min-session-timeout-ms",
-    "100",
-    "--classic-initial-rebalance-delay-ms",
-    "0",
-    "--classic-new-member-join-timeout-ms",
-    "2000",
-)
+CLASSIC_FLAGS = hostile.CLASSIC_FLAGS
 
 
 @pytest.fixture(scope="module")

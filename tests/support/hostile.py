@@ -652,6 +652,17 @@ def list_acls(src: Source, world: World) -> admin_pb2.ListAclsRequest:
 
 #: Member ids a classic group's MEMBER_ID_REQUIRED answers handed out that the world keeps.
 CLASSIC_IDS_KEPT = 8
+CLASSIC_FLAGS = (
+    "--classic-min-session-timeout-ms",
+    "100",
+    "--classic-initial-rebalance-delay-ms",
+    "0",
+    "--classic-new-member-join-timeout-ms",
+    "2000",
+)
+"""The coordinator's classic flags for fuzzing (the tests and bench/run-fuzz): sessions as
+short as the generators draw, and classic phases that end as quickly, so that hostile calls
+reach members, generations and syncs instead of stopping at INVALID_SESSION_TIMEOUT."""
 CLASSIC_PROTOCOLS = (("default", 0), ("compatible", 1), ("sessioned", 2))
 
 
