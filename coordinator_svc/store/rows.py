@@ -8,7 +8,6 @@ SQLAlchemy `RowMapping`) back into core values, so that `load` rebuilds exactly 
 from __future__ import annotations
 
 import base64
-from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -49,6 +48,7 @@ from coordinator_svc.store.stored_sets import (
     event_payload_column,
     resources_column,
     resources_from_column,
+    task_runs,
     tokens_column,
     tokens_from_column,
 )
@@ -114,33 +114,13 @@ def compact_resources(resources: ResourceSet) -> dict[str, Any]:
 
 
 def _compact(resources: ResourceSet) -> dict[str, Any]:
-    """A connector's tasks are found by bisection in the set's order, and one whose numbers
-    run from its first to its last without a gap (a catalogue's always do: 0..count-1) is one
-    range without a look at each task: O(connectors x log(tasks)), not a Python step per task
-    (a 100,000-task catalogue took 200 ms, holding the interpreter, at every Prepare)."""
-    ordered = resources.ordered_tasks()
+    """The Prepare snapshot's form of `stored_sets.task_runs` (found by bisection, so a
+    100,000-task catalogue is O(connectors x log(tasks)), not a Python step per task):
+    {connector: [[first, last], ...]}."""
     ranges: dict[str, list[list[int]]] = {}
-    at, end = 0, len(ordered)
-    while at < end:
-        connector = ordered[at][0]
-        stop = bisect_right(ordered, (connector, _AFTER_EVERY_TASK), at)
-        first, last = ordered[at][1], ordered[stop - 1][1]
-        if last - first == stop - at - 1:  # distinct and sorted: no gap
-            ranges[connector] = [[first, last]]
-        else:
-            spans: list[list[int]] = []
-            for _, n in ordered[at:stop]:
-                if spans and spans[-1][1] == n - 1:
-                    spans[-1][1] = n
-                else:
-                    spans.append([n, n])
-            ranges[connector] = spans
-        at = stop
+    for run in task_runs(resources):
+        ranges.setdefault(run["connector"], []).append([run["first"], run["last"]])
     return {"connectors": sorted(resources.connectors), "task_ranges": ranges}
-
-
-_AFTER_EVERY_TASK = 1 << 64
-"""A task number above any task's: (connector, it) sorts after each of the connector's tasks."""
 
 
 def expand_resources(data: Any) -> ResourceSet:

@@ -61,13 +61,14 @@ def resources_column(resources: ResourceSet) -> dict[str, Any]:
     """The stored form of `resources` (see the module docstring)."""
     if len(resources.tasks) <= RANGES_ABOVE or not _ranges:
         return resources.to_json()
-    return {"connectors": resources.sorted_connectors(), "task_ranges": _runs(resources)}
+    return {"connectors": resources.sorted_connectors(), "task_ranges": task_runs(resources)}
 
 
-def _runs(resources: ResourceSet) -> list[dict[str, Any]]:
-    """The task runs in order. A connector's tasks are found by bisection in the set's order,
-    and those numbered from the first to the last without a gap are one run found without a
-    look at each task: O(connectors x log(tasks)) for whole connectors."""
+def task_runs(resources: ResourceSet) -> list[dict[str, Any]]:
+    """The task runs in order, `{"connector", "first", "last"}` each. A connector's tasks are
+    found by bisection in the set's order, and those numbered from the first to the last
+    without a gap are one run found without a look at each task: O(connectors x log(tasks))
+    for whole connectors."""
     ordered = resources.ordered_tasks()
     runs: list[dict[str, Any]] = []
     at, end = 0, len(ordered)

@@ -59,3 +59,17 @@ def check_every_split(events: list[Event], as_of_ms: int, grace_ms: int, samples
     for _ in range(samples):
         cuts = sorted(rng.sample(range(1, len(events)), rng.randint(2, 6)))
         assert fold_in_runs(events, cuts, as_of_ms, grace_ms) == whole, f"split at {cuts}"
+
+
+def assert_any_cuts_fold_alike(events: list[Event], cut_lists: Any, grace_ms: int) -> None:
+    """Folding `events` in runs cut where `cut_lists` (a hypothesis `DataObject`) draws equals
+    folding them whole (the split-point property of the incremental export)."""
+    from hypothesis import strategies as st
+
+    as_of = events[-1].at_ms + 1_000
+    whole = fold_in_runs(events, [], as_of, grace_ms)
+    if len(events) > 1:
+        cuts = cut_lists.draw(
+            st.lists(st.integers(1, len(events) - 1), max_size=4, unique=True).map(sorted)
+        )
+        assert fold_in_runs(events, cuts, as_of, grace_ms) == whole
