@@ -14,6 +14,14 @@ runs the phases, prints the table and writes bench/results/coordinator-latest.js
                target) and every member heartbeats until the group is STABLE.
   3. steady    every member heartbeats at its epoch with no field changed, as fast as the load
                generators go; database writes counted from pg_stat_database deltas.
+  5. classic   a classic group (ConnectGroupClassic, DESIGN 3.19) of MEMBERS members on the same
+               catalogue forms (ids, one join phase, the leader's round-robin SyncGroup), then
+               every member heartbeats at its generation as fast as the load generators go: its
+               share of the ceiling is compared with phase 3's (aim: within 5 points).
+  6. parked    the connect group's steady heartbeats for PARKED_S with no classic call held, then
+               again while PARKED JoinGroups of another classic group are held (a member that
+               does not rejoin keeps its join phase open); then that member rejoins and the time
+               until every held call is answered is measured.
   4. changes   revocation rounds (a target that moves K tasks from each member to the next;
                members are told, acknowledge, then collect what others released) and fresh
                members joining with every field and leaving again.
@@ -39,6 +47,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -61,11 +70,17 @@ from connect.group.v1 import (  # noqa: E402
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
+from bench.classic_phases import CALLS_PER_CHANNEL, ClassicCalls, wait_for  # noqa: E402
 from connect_protocol.safe_text import mask_url  # noqa: E402
 from tests.support.pgcluster import ThrowawayCluster, create_database, libpq_url  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 GROUP = "bench-group"
+CLASSIC_GROUP = "bench-classic"
+PARKED_GROUP = "bench-parked"
+#: Classic members' own timeouts: long enough that no phase's pause expires a session.
+CLASSIC_SESSION_MS = 60_000
+CLASSIC_REBALANCE_MS = 60_000
 NONE, COMPUTE_ASSIGNMENT = 0, 10001
 IC = common_pb2.Assignor(
     name="incremental_cooperative", minimum_version=1, maximum_version=2, version=2
@@ -639,6 +654,18 @@ class Bench:
             "--log-level",
             a.log_level,
         ]
+        self.metrics_port = 0
+        if not a.no_classic:
+            self.metrics_port = free_port()
+            serve += [
+                "--metrics-port",
+                str(self.metrics_port),
+                "--metrics-host",
+                "127.0.0.1",
+                # A classic group forms once every pending id has rejoined: no extra wait.
+                "--classic-initial-rebalance-delay-ms",
+                "0",
+            ]
         log(f"starting coordinator: {' '.join(mask_url(arg) for arg in serve[1:])}")
         self.coordinator = Child("coordinator", serve, RESULTS / "coordinator.log")
         self.stack.callback(self.coordinator.stop)
@@ -931,10 +958,13 @@ class Bench:
         )
         return out
 
-    def phase_steady(self, with_owned: bool, duration_s: float) -> dict[str, Any]:
-        name = "steady_owned" if with_owned else "steady"
+    def phase_steady(
+        self, with_owned: bool, duration_s: float, key: str = "", label: str = "phase 3"
+    ) -> dict[str, Any]:
+        kind = "steady_owned" if with_owned else "steady"
+        name = key or kind
         log(
-            f"phase 3, {name}: every member heartbeats at its epoch, no field changed"
+            f"{label}, {name}: every member heartbeats at its epoch, no field changed"
             + (" (owned list reported, unchanged)" if with_owned else "")
             + f", for {duration_s}s (+1s warm-up)"
         )
@@ -960,7 +990,7 @@ class Bench:
         )
         cpu = self.profile_stop()
         after = self.stats.settle()
-        agg = aggregate(results, [name])
+        agg = aggregate(results, [kind])
         agg["cpu_cores"] = cpu
         db = db_delta(before, after)
         heartbeats = agg["total_incl_warmup"]
@@ -980,6 +1010,154 @@ class Bench:
             f"{db['tuple_writes_excl_leases']} tuple writes outside leases"
         )
         return agg
+
+    def classic_calls(self, members: int) -> ClassicCalls:
+        calls = ClassicCalls(self.address, -(-members // CALLS_PER_CHANNEL))
+        self.stack.callback(calls.close)
+        return calls
+
+    def parked_joins(self) -> int:
+        """coordinator_parked_calls{kind="join"} from the coordinator's metrics endpoint."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+        ) as page:
+            for line in page.read().decode().splitlines():
+                if line.startswith('coordinator_parked_calls{kind="join"}'):
+                    return int(float(line.split()[-1]))
+        return 0
+
+    def classic_state(self, group_id: str) -> tuple[str, int]:
+        resp = self.stubs.admin.DescribeGroups(
+            admin_pb2.DescribeGroupsRequest(group_ids=[group_id]), timeout=30
+        )
+        return resp.groups[0].state, len(resp.groups[0].members)
+
+    def phase_classic_setup(self) -> dict[str, Any]:
+        a = self.args
+        log(
+            f"phase 5, classic setup: {a.connectors} connectors x {a.tasks} tasks, {a.members} "
+            "classic members (ids, one join phase, one SyncGroup each)"
+        )
+        for i in range(a.connectors):
+            r = self.stubs.admin.PutConnector(
+                admin_pb2.PutConnectorRequest(
+                    group_id=CLASSIC_GROUP, connector=f"conn-{i:02d}", task_count=a.tasks
+                ),
+                timeout=30,
+            )
+            if r.error_code != NONE:
+                raise RuntimeError(f"PutConnector: {r.error_code} {r.error_message}")
+        calls = self.classic_calls(a.members)
+        started = time.perf_counter()
+        self.classic = calls.form(
+            CLASSIC_GROUP, "classic", a.members, CLASSIC_SESSION_MS, CLASSIC_REBALANCE_MS
+        )
+        took = time.perf_counter() - started
+        state, size = self.classic_state(CLASSIC_GROUP)
+        if state != "STABLE" or size != a.members:
+            raise RuntimeError(f"classic group {state} with {size} members after its sync")
+        out = {
+            "seconds_to_stable": round(took, 3),
+            "members": size,
+            "generation": self.classic.generation,
+        }
+        self.report["phases"]["classic_setup"] = out
+        log(f"  STABLE after {took:.2f}s at generation {self.classic.generation}")
+        return out
+
+    def phase_classic_steady(self, duration_s: float) -> dict[str, Any]:
+        log(
+            "phase 5, classic_steady: every classic member heartbeats at its generation, "
+            f"for {duration_s}s (+1s warm-up)"
+        )
+        before = self.stats.settle()
+        self.profile_start("classic_steady", duration_s + 1)
+        results = self.run_all(
+            [
+                {
+                    "op": "classic_steady",
+                    "group": CLASSIC_GROUP,
+                    "members": share,
+                    "duration_s": duration_s,
+                    "warmup_s": 1.0,
+                }
+                for share in self.split(self.classic.as_load())
+            ],
+            duration_s + 60,
+        )
+        cpu = self.profile_stop()
+        after = self.stats.settle()
+        agg = aggregate(results, ["classic_steady"])
+        agg["cpu_cores"] = cpu
+        db = db_delta(before, after)
+        heartbeats = agg["total_incl_warmup"]
+        agg["errors"] = sum(r["errors"] for r in results)
+        agg["db"] = db
+        agg["tuple_writes_per_heartbeat"] = db["tuple_writes_excl_leases"] / max(heartbeats, 1)
+        self.report["phases"]["classic_steady"] = {
+            "aggregate": agg,
+            "processes": strip_samples(results),
+        }
+        state, _ = self.classic_state(CLASSIC_GROUP)
+        if state != "STABLE" or agg["errors"]:
+            raise RuntimeError(
+                f"classic group {state} after steady heartbeats, {agg['errors']} anomalies"
+            )
+        log(
+            f"  {agg['rate_per_s']:.0f} classic heartbeats/s, p50 {agg['p50_ms']} ms, "
+            f"p99 {agg['p99_ms']} ms; {db['tuple_writes_excl_leases']} tuple writes outside "
+            "leases"
+        )
+        self.classic_calls(1).leave_all(CLASSIC_GROUP, self.classic.ids)
+        return agg
+
+    def phase_parked(self) -> dict[str, Any]:
+        """Another group's steady heartbeats with 0, then with `--parked` JoinGroups held."""
+        a = self.args
+        calls = self.classic_calls(a.parked + 1)
+        blocker = calls.form(PARKED_GROUP, "blocker", 1, CLASSIC_SESSION_MS, CLASSIC_REBALANCE_MS)
+        quiet = self.phase_steady(False, a.parked_s, key="parked_0", label="phase 6")
+        log(f"phase 6, parking {a.parked} JoinGroups in {PARKED_GROUP}")
+        ids = calls.member_ids(
+            PARKED_GROUP, "parked", a.parked, CLASSIC_SESSION_MS, CLASSIC_REBALANCE_MS
+        )
+        held = calls.rejoin(PARKED_GROUP, ids, CLASSIC_SESSION_MS, CLASSIC_REBALANCE_MS)
+        took = wait_for(
+            lambda: self.parked_joins() >= a.parked, 30, f"{a.parked} parked JoinGroups"
+        )
+        log(f"  {self.parked_joins()} JoinGroups parked after {took:.2f}s")
+        loaded = self.phase_steady(False, a.parked_s, key="parked_n", label="phase 6")
+        parked_after = self.parked_joins()
+        answered_early = sum(f.done() for f in held)
+        started = time.perf_counter()
+        rejoin = calls.rejoin(
+            PARKED_GROUP, [blocker.ids[0]], CLASSIC_SESSION_MS, CLASSIC_REBALANCE_MS
+        )
+        answers = calls.joined(held + rejoin)
+        released_s = time.perf_counter() - started
+        generations = {x.generation_id for x in answers}
+        calls.leave_all(PARKED_GROUP, [*ids, *blocker.ids])
+        out = {
+            "parked": a.parked,
+            "parked_at_end_of_window": parked_after,
+            "answered_before_release": answered_early,
+            "seconds_to_park": round(took, 3),
+            "seconds_release_to_last_answer": round(released_s, 3),
+            "generations_answered": sorted(generations),
+            "p99_ms_0_parked": quiet["p99_ms"],
+            "p99_ms_n_parked": loaded["p99_ms"],
+            "rate_0_parked": quiet["rate_per_s"],
+            "rate_n_parked": loaded["rate_per_s"],
+        }
+        self.report["phases"]["parked"] = out
+        if answered_early or parked_after < a.parked or len(generations) != 1:
+            raise RuntimeError(f"parked JoinGroups not held through the window: {out}")
+        log(
+            f"  another group's steady p99 {quiet['p99_ms']} ms with 0 parked, "
+            f"{loaded['p99_ms']} ms with {a.parked} parked; all {a.parked + 1} answered "
+            f"{released_s * 1000:.0f} ms after the last member rejoined"
+        )
+        return out
 
     def phase_revocations(self) -> dict[str, Any]:
         a = self.args
@@ -1258,6 +1436,57 @@ class Bench:
                 aim="0",
                 met=so["tuple_writes_per_heartbeat"] == 0,
             )
+        if "classic_steady" in p:
+            cs = p["classic_steady"]["aggregate"]
+            row(
+                "5 classic setup: seconds until STABLE",
+                p["classic_setup"]["seconds_to_stable"],
+                "s",
+            )
+            connect_share = st["rate_per_s"] / c_rate
+            row(
+                "5 classic steady heartbeats",
+                cs["rate_per_s"],
+                "/s",
+                c_rate,
+                f">= {connect_share - 0.05:.1%} (3's share - 5 points)",
+                cs["rate_per_s"] / c_rate >= connect_share - 0.05,
+            )
+            row("5 classic steady: p50 latency", cs["p50_ms"], "ms", c50, kind="latency")
+            row("5 classic steady: p99 latency", cs["p99_ms"], "ms", c99, kind="latency")
+            row(
+                "5 classic steady: tuple writes per hb",
+                round(cs["tuple_writes_per_heartbeat"], 5),
+                "",
+                aim="0",
+                met=cs["tuple_writes_per_heartbeat"] == 0,
+            )
+        if "parked" in p:
+            pk = p["parked"]
+            n = pk["parked"]
+            row("6 another group's steady p99, 0 parked", pk["p99_ms_0_parked"], "ms")
+            row(
+                f"6 another group's steady p99, {n} parked",
+                pk["p99_ms_n_parked"],
+                "ms",
+                pk["p99_ms_0_parked"],
+                "<= x1.25 of 0 parked",
+                pk["p99_ms_n_parked"] <= 1.25 * pk["p99_ms_0_parked"],
+                kind="latency",
+            )
+            row(
+                f"6 another group's steady rate, {n} parked",
+                pk["rate_n_parked"],
+                "/s",
+                pk["rate_0_parked"],
+                ">= 90% of 0 parked",
+                pk["rate_n_parked"] >= 0.9 * pk["rate_0_parked"],
+            )
+            row(
+                f"6 all {n + 1} answered after the rejoin",
+                pk["seconds_release_to_last_answer"],
+                "s",
+            )
         rv = p["revocations"]
         rate_row("4 revocation rounds: state changes", rv["rate_per_s"], 0.50)
         row("4 revocation rounds: p50 latency", rv["p50_ms"], "ms", c50, kind="latency")
@@ -1315,7 +1544,7 @@ class Bench:
                 return f"{v:.2f} cores"
             return f"{v:g}"
 
-        header = ("figure", "value", "baseline (ceiling)", "ratio", "aim", "met")
+        header = ("figure", "value", "baseline (ceiling*)", "ratio", "aim", "met")
         lines = []
         for r in rows:
             ratio = "-"
@@ -1355,6 +1584,7 @@ class Bench:
         print(sep)
         for line in lines:
             print(show(line))
+        print("* phase 6's rows compare with the same figure with no call parked")
         print()
 
 
@@ -1393,6 +1623,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="revocation rounds")
     parser.add_argument("--move", type=int, default=2, help="tasks each member gives up per round")
     parser.add_argument("--join-s", type=float, default=6.0)
+    parser.add_argument(
+        "--parked", type=int, default=500, help="JoinGroups held in phase 6 (0 to skip it)"
+    )
+    parser.add_argument(
+        "--parked-s", type=float, default=8.0, help="each of phase 6's two windows (< 20 s)"
+    )
+    parser.add_argument(
+        "--no-classic",
+        action="store_true",
+        help="skip phases 5 and 6 (a --serve-command build from before classic groups)",
+    )
     parser.add_argument("--session-timeout-ms", type=int, default=60_000)
     parser.add_argument("--lease-ms", type=int, default=10_000, help="coordinator --lease-ms")
     parser.add_argument("--log-level", default="INFO", help="coordinator --log-level")
@@ -1453,7 +1694,12 @@ def main() -> int:
         bench.phase_steady(False, args.steady_s)
         if args.steady_owned_s > 0:
             bench.phase_steady(True, args.steady_owned_s)
+        if not args.no_classic:
+            bench.phase_classic_setup()
+            bench.phase_classic_steady(args.steady_s)
         bench.phase_ceiling("ceiling_after")
+        if not args.no_classic and args.parked > 0:
+            bench.phase_parked()
         if args.skip_state_changes:
             rows = []
         else:

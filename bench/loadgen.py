@@ -15,6 +15,10 @@ processes). Every loop is bounded by a deadline and a count. Commands:
       every member heartbeats at its epoch with no field changed (optionally reporting its owned
       list, unchanged). Any answer other than NONE at the same epoch without an assignment counts
       as an anomaly.
+  {"op": "classic_steady", "group": G, "members": [{"id", "generation"}], "duration_s",
+   "warmup_s"}
+      every member of a STABLE classic group heartbeats (ConnectGroupClassic/Heartbeat) at its
+      generation. Any answer other than NONE counts as an anomaly.
   {"op": "revoke", "group": G, "members": [{"id", "epoch", "owned", "target"}], "deadline_s"}
       a target that moves resources has been installed: pass A, every member heartbeats and is
       told what to give up; pass B, every member acknowledges (reports the smaller owned list) and
@@ -37,7 +41,13 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from connect.group.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from connect.group.v1 import (
+    classic_pb2,
+    classic_pb2_grpc,
+    common_pb2,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 NONE = 0
@@ -165,6 +175,7 @@ class LoadGen:
             coordinator_pb2_grpc.ConnectGroupCoordinatorStub(c) for c in self.channels
         ]
         self.health = [health_pb2_grpc.HealthStub(c) for c in self.channels]
+        self.classic = [classic_pb2_grpc.ConnectGroupClassicStub(c) for c in self.channels]
 
     def close(self) -> None:
         for channel in self.channels:
@@ -214,49 +225,90 @@ class LoadGen:
         rec = self.run_threads(body)
         return summarize(rec, self.proc, "health", self.threads, (measure_from, stop_at))
 
-    def op_steady(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def closed_loop(
+        self,
+        cmd: dict[str, Any],
+        kind: str,
+        requests_of: Callable[[int, list[dict[str, Any]]], list[Any]],
+        call: Callable[[int, Any], str | None],
+    ) -> dict[str, Any]:
+        """Every thread cycles through its share of `cmd["members"]`, sending each member's
+        request (`requests_of`) as soon as the previous answer arrived, for the warm-up and then
+        the measured window. `call` sends one and returns an anomaly's text (None if the answer
+        was the expected one)."""
         warmup, duration = float(cmd.get("warmup_s", 1.0)), float(cmd["duration_s"])
-        with_owned = bool(cmd.get("with_owned", False))
-        group = cmd["group"]
         members = cmd["members"]
         shares = [members[i :: self.threads] for i in range(self.threads)]
         t0 = time.time() + 0.05
         measure_from, stop_at = t0 + warmup, t0 + warmup + duration
-        kind = "steady_owned" if with_owned else "steady"
 
         def body(i: int, rec: Recorder) -> None:
-            stub = self.coordinator[i]
-            mine = shares[i]
-            if not mine:
+            if not shares[i]:
                 return
+            requests = requests_of(i, shares[i])
+            n = 0
+            while True:
+                req = requests[n % len(requests)]
+                n += 1
+                started = time.time()
+                if started >= stop_at:
+                    return
+                anomaly = call(i, req)
+                ended = time.time()
+                if anomaly is not None:
+                    rec.error(anomaly)
+                rec.add(kind, started, ended, started >= measure_from)
+
+        rec = self.run_threads(body)
+        return summarize(rec, self.proc, cmd["op"], self.threads, (measure_from, stop_at))
+
+    def op_steady(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        with_owned = bool(cmd.get("with_owned", False))
+        group = cmd["group"]
+        epochs: dict[str, int] = {m["id"]: m["epoch"] for m in cmd["members"]}
+
+        def requests_of(_i: int, mine: list[dict[str, Any]]) -> list[Any]:
             requests = []
             for m in mine:
                 req = HeartbeatRequest(group_id=group, member_id=m["id"], member_epoch=m["epoch"])
                 if with_owned:
                     to_cat(resources_of(m["owned"]), req.connectors_and_tasks)
-                requests.append((m, req))
-            n = 0
-            while True:
-                m, req = requests[n % len(requests)]
-                n += 1
-                started = time.time()
-                if started >= stop_at:
-                    return
-                resp = stub.ConnectGroupHeartbeat(req, timeout=RPC_TIMEOUT_S)
-                ended = time.time()
-                if (
-                    resp.error_code != NONE
-                    or resp.member_epoch != m["epoch"]
-                    or resp.HasField("assignment")
-                ):
-                    rec.error(
-                        f"{m['id']}: error {resp.error_code} epoch {resp.member_epoch} "
-                        f"assignment={resp.HasField('assignment')} {resp.error_message[:120]}"
-                    )
-                rec.add(kind, started, ended, started >= measure_from)
+                requests.append(req)
+            return requests
 
-        rec = self.run_threads(body)
-        return summarize(rec, self.proc, "steady", self.threads, (measure_from, stop_at))
+        def call(i: int, req: Any) -> str | None:
+            resp = self.coordinator[i].ConnectGroupHeartbeat(req, timeout=RPC_TIMEOUT_S)
+            if (
+                resp.error_code != NONE
+                or resp.member_epoch != epochs[req.member_id]
+                or resp.HasField("assignment")
+            ):
+                return (
+                    f"{req.member_id}: error {resp.error_code} epoch {resp.member_epoch} "
+                    f"assignment={resp.HasField('assignment')} {resp.error_message[:120]}"
+                )
+            return None
+
+        return self.closed_loop(cmd, "steady_owned" if with_owned else "steady", requests_of, call)
+
+    def op_classic_steady(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        group = cmd["group"]
+
+        def requests_of(_i: int, mine: list[dict[str, Any]]) -> list[Any]:
+            return [
+                classic_pb2.HeartbeatRequest(
+                    group_id=group, generation_id=m["generation"], member_id=m["id"]
+                )
+                for m in mine
+            ]
+
+        def call(i: int, req: Any) -> str | None:
+            resp = self.classic[i].Heartbeat(req, timeout=RPC_TIMEOUT_S)
+            if resp.error_code != NONE:
+                return f"{req.member_id}: error {resp.error_code} {resp.error_message[:120]}"
+            return None
+
+        return self.closed_loop(cmd, "classic_steady", requests_of, call)
 
     def op_revoke(self, cmd: dict[str, Any]) -> dict[str, Any]:
         group = cmd["group"]
@@ -378,6 +430,7 @@ def main() -> int:
     ops = {
         "health": gen.op_health,
         "steady": gen.op_steady,
+        "classic_steady": gen.op_classic_steady,
         "revoke": gen.op_revoke,
         "joinleave": gen.op_joinleave,
     }
