@@ -160,6 +160,7 @@ _SCALARS = (
     "leader_unavailable_reason",
     "join_deadline_ms",
     "sync_deadline_ms",
+    "takeover_from",
 )
 
 
@@ -182,6 +183,9 @@ class ClassicRound:
         join_deadline_ms: when the armed join-phase timer is due (a timer firing earlier is
             stale and re-armed; 0: none armed).
         sync_deadline_ms: when the generation's sync deadline is due (0: none armed).
+        takeover_from: the state this process loaded the group in when its load made it
+            PREPARING_REBALANCE ("" otherwise); the join phase's completion records it as
+            the rebalance's CLASSIC_REBALANCE_STARTED (the load itself writes nothing).
     """
 
     __slots__ = ("joined", "pending_ids", "awaiting_sync", "parked_sync", *_SCALARS)
@@ -200,6 +204,7 @@ class ClassicRound:
         self.leader_unavailable_reason = ""
         self.join_deadline_ms = 0
         self.sync_deadline_ms = 0
+        self.takeover_from = ""
 
     def copy(self) -> ClassicRound:
         """A copy later changes to this round do not reach (O(round))."""

@@ -47,6 +47,9 @@ from .results import (
 
 _NO_CONFIG: MappingProxyType[str, str] = MappingProxyType({})
 
+#: Why a group found PREPARING_REBALANCE or COMPLETING_REBALANCE at load rebalances again.
+TAKEOVER_REASON = "coordinator takeover"
+
 REBALANCING = (
     "the group is rebalancing: send JoinGroup again with your member id to join the next "
     "generation."
@@ -182,6 +185,7 @@ def complete_join(change: GroupChange) -> None:
     leader = _elect_leader(change, in_order, members)
     if in_order and leader is None:
         return  # stays PREPARING_REBALANCE, re-armed, with the reason shown
+    _record_takeover_start(change)
     removed = sorted(m for m in members if m not in joined)
     for member_id in removed:
         remove_member(
@@ -202,6 +206,7 @@ def complete_join(change: GroupChange) -> None:
         new_member_added=False,
         leader_unavailable_reason="",
         join_deadline_ms=0,
+        takeover_from="",
     )
     if not in_order:
         set_classic(change, state=ClassicState.EMPTY, protocol_name=None, leader_id=None)
@@ -252,6 +257,24 @@ def complete_join(change: GroupChange) -> None:
     )
     for member_id in in_order:
         change.wake(WAKE_JOIN, member_id, join_answer(change, member_id))
+
+
+def _record_takeover_start(change: GroupChange) -> None:
+    """A join phase this process started by loading the group (`classic_after_load`: the load
+    writes nothing) is recorded when it completes, as the rebalance's CLASSIC_REBALANCE_STARTED
+    at the generation it follows (reason `coordinator takeover`, `from_state` the state loaded),
+    so that the audit names why the generation began. A group loaded in PREPARING_REBALANCE
+    already has its previous owner's event at that generation; the findings take the first."""
+    loaded_in = change.round.get("takeover_from")
+    if not loaded_in:
+        return
+    change.event(
+        EventType.CLASSIC_REBALANCE_STARTED,
+        None,
+        reason=TAKEOVER_REASON,
+        generation=change.group_epoch,
+        from_state=loaded_in,
+    )
 
 
 def _elect_leader(

@@ -23,6 +23,7 @@ from dataclasses import replace
 from .change import GroupChange
 from .classic_model import ClassicState, RoundDelta
 from .classic_rebalance import (
+    TAKEOVER_REASON,
     after_removal,
     classic_meta,
     complete_join,
@@ -44,9 +45,6 @@ from .results import (
     ScheduleTimer,
     TimerKey,
 )
-
-#: Why a group found PREPARING_REBALANCE or COMPLETING_REBALANCE at load rebalances again.
-TAKEOVER_REASON = "coordinator takeover"
 
 
 def on_classic_timer(
@@ -194,6 +192,7 @@ def classic_after_load(
                 "leader_unavailable_reason": "",
                 "join_deadline_ms": deadline,
                 "sync_deadline_ms": 0,
+                "takeover_from": classic.state.value,
             },
         )
         records.append(ClassicRoundRecord(state.group_id, delta))

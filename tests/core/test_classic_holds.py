@@ -8,7 +8,7 @@ from connect_protocol.errors import ErrorCode
 from coordinator_svc.core import replay
 from coordinator_svc.core.classic_model import ClassicState
 from coordinator_svc.core.classic_timers import classic_after_load
-from coordinator_svc.core.records import EventType
+from coordinator_svc.core.records import EventRecord, EventType
 from coordinator_svc.core.results import CLASSIC_JOIN, HOLD, REVOCATION, SESSION, Parked
 from coordinator_svc.core.timers import timers_after_load
 
@@ -153,3 +153,31 @@ def test_after_load_preparing_or_completing_becomes_preparing_with_timers_from_n
     h.join("w2")
     assert h.generation == generation + 1
     assert h.deadline((HOLD, "w1")) is None
+    # The load wrote nothing; the completion records why this generation began, at the
+    # generation it follows, before the completion itself.
+    completing = [
+        (r.event_type, r.group_epoch, dict(r.payload))
+        for r in h.records_of_last_call
+        if isinstance(r, EventRecord)
+        and r.event_type in (EventType.CLASSIC_REBALANCE_STARTED, EventType.CLASSIC_JOIN_COMPLETED)
+    ]
+    assert completing[0] == (
+        EventType.CLASSIC_REBALANCE_STARTED,
+        generation,
+        {
+            "reason": "coordinator takeover",
+            "generation": generation,
+            "from_state": "COMPLETING_REBALANCE",
+        },
+    )
+    assert [(t, e) for t, e, _ in completing[1:]] == [
+        (EventType.CLASSIC_JOIN_COMPLETED, generation + 1)
+    ]
+    # Once: the next rebalance is an ordinary one.
+    h.sync_all({})
+    h.leave_group("w2")
+    h.join("w1")
+    assert h.generation == generation + 2
+    reasons = [e.payload["reason"] for e in h.logged_events(EventType.CLASSIC_REBALANCE_STARTED)]
+    assert reasons.count("coordinator takeover") == 1
+    assert reasons[-1] != "coordinator takeover"
