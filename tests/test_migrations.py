@@ -270,6 +270,9 @@ def test_migration_0008_keeps_a_database_with_groups_on_plain_sets(
             assert conn.exec_driver_sql(form).scalar_one() == "ranges"
         with pytest.raises(RuntimeError, match="stored_set_form is 'ranges'"):
             command.downgrade(config, "0007")
+        # SQLite keeps the downgrades that ran before the refusal (0009's); `settings` wants the
+        # schema at head, which `migrate` restores (on PostgreSQL the refusal took back all).
+        command.upgrade(config, "head")
         assert settings_cmd(Namespace(**{**vars(args), "value": "plain"})) == 0
         command.downgrade(config, "0007")
         command.upgrade(config, "head")
@@ -286,3 +289,34 @@ def _form_read_by_a_store(url: str) -> str:
         return store.stored_set_form()
     finally:
         store.close()
+
+
+def test_migration_0009_puts_the_rewritten_sets_on_lz4_and_back(database_url: str) -> None:
+    """Issue 24: where PostgreSQL has lz4, the members' share columns compress with it; the
+    downgrade puts them back on the server's default. (pg_attribute.attcompression: 'l' lz4,
+    'p' pglz, '' the default.)"""
+    config = alembic_config(database_url)
+    command.upgrade(config, "head")
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    method = (
+        "SELECT attcompression FROM pg_attribute "
+        "WHERE attrelid = 'members'::regclass AND attname = :c"
+    )
+    try:
+        with engine.connect() as conn:
+            has_lz4 = conn.exec_driver_sql(
+                "SELECT 'lz4' = ANY(enumvals) FROM pg_settings "
+                "WHERE name = 'default_toast_compression'"
+            ).scalar_one()
+            assert has_lz4, "this PostgreSQL has no lz4"
+            for column in ("assigned", "pending_revocation", "fencing_tokens"):
+                assert conn.execute(sa.text(method), {"c": column}).scalar_one() == "l"
+            assert conn.execute(sa.text(method), {"c": "url"}).scalar_one() == ""
+        command.downgrade(config, "0008")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text(method), {"c": "assigned"}).scalar_one() == ""
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text(method), {"c": "assigned"}).scalar_one() == "l"
+    finally:
+        engine.dispose()

@@ -663,3 +663,51 @@ def test_a_holds_instance_id_round_trips_and_rows_from_before_it_read_without_on
     for hold in row["holds"]:
         del hold["instance_id"]
     assert [h.instance_id for h in rows.meta_from_row(row).holds] == [None, None]
+
+
+def test_rewritten_sets_are_stored_lz4_compressed_where_postgresql_has_lz4(
+    database_url: str,
+) -> None:
+    """Migration 0009 puts the columns a group's changes rewrite on lz4 when the server has it: a
+    2,000-task target share (every other task of a connector, so 2,000 runs, tens of KB) is
+    stored lz4-compressed, and an event carrying it keeps the server's default. This machine's
+    PostgreSQL (Debian's) has lz4; the test fails loudly on one without it."""
+    migrator = SqlStore(database_url, "migrator", "-")
+    migrator.migrate()
+    migrator.close()
+    store = SqlStore(database_url, "coord-a", "10.0.0.1:7000")
+    try:
+        with store._transaction(write=False) as conn:
+            methods = conn.execute(
+                sa.text("SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'")
+            ).scalar_one()
+            assert "lz4" in methods, f"this PostgreSQL has no lz4 ({methods})"
+            default = conn.execute(sa.text("SHOW default_toast_compression")).scalar_one()
+        lease = store.try_acquire(GROUP)
+        assert isinstance(lease, Lease)
+        driver = Driver(store, lease)
+        driver.run(put_connector, PutConnectorRequest(GROUP, "A", 4_000, {}, caller="10.1.1.1"))
+        driver.run(heartbeat, join("w1"))
+        driver.run(heartbeat, join("w2"))
+        evens = ResourceSet.of(["A"], [("A", t) for t in range(0, 4_000, 2)])
+        odds = ResourceSet.of([], [("A", t) for t in range(1, 4_000, 2)])
+        _install(driver, {"w1": evens, "w2": odds})
+        with store._transaction(write=False) as conn:
+            share = conn.execute(
+                sa.text(
+                    "SELECT pg_column_compression(resources) FROM target_assignment_members "
+                    "WHERE group_id = :g AND member_id = 'w1'"
+                ),
+                {"g": GROUP},
+            ).scalar_one()
+            installed = conn.execute(
+                sa.text(
+                    "SELECT pg_column_compression(payload) FROM events "
+                    "WHERE group_id = :g AND event_type = 'TARGET_INSTALLED'"
+                ),
+                {"g": GROUP},
+            ).scalar_one()
+        assert share == "lz4"
+        assert installed == default
+    finally:
+        store.close()
