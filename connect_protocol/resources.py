@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import filterfalse
+from itertools import filterfalse, islice
 from typing import NamedTuple, Protocol
 
 from .ordering import sorted_in_chunks
@@ -23,6 +23,10 @@ class TaskId(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.connector}-{self.task}"
+
+
+DESCRIBE_ITEMS = 20
+"""Names a `ResourceSet.describe` writes before it only counts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +133,14 @@ class ResourceSet:
         yield from self.sorted_connectors()
         yield from (str(t) for t in self.sorted_tasks())
 
-    def describe(self) -> str:
-        return "[" + ", ".join(self.names()) + "]"
+    def describe(self, limit: int = DESCRIBE_ITEMS) -> str:
+        """The set for a message: its first `limit` names, then how many there are in all (an
+        install refused for 100,000 unassigned tasks was answered with all their names)."""
+        size = len(self.connectors) + len(self.tasks)
+        shown = ", ".join(islice(self.names(), limit))
+        if size <= limit:
+            return f"[{shown}]"
+        return f"[{shown}, ... {size:,} in all]"
 
     def to_json(self) -> dict[str, object]:
         """{"connectors": [name], "tasks": [{"connector", "task"}]}, each sorted: the shape of

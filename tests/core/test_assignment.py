@@ -250,6 +250,24 @@ def test_an_install_leaving_resources_unassigned_without_a_delay_is_invalid() ->
     )
 
 
+def test_a_refusal_names_at_most_twenty_resources_and_counts_the_rest() -> None:
+    """An install that leaves 5,000 tasks unassigned is answered with a message of bounded size
+    (it named every one of them, which at 100,000 tasks made a megabyte-long answer)."""
+    h = stable_group()
+    h.put_connector("big", 5_000)
+    h.join("w3")
+    h.prepare("w1")
+    assert_install_refused(
+        h,
+        lambda: h.install("w1", {"w1": W1_SHARE, "w2": W2_SHARE}),
+        ErrorCode.INVALID_ASSIGNMENT,
+        "[big, big-0, big-1, big-2,",
+        "big-18, ... 5,001 in all] left unassigned without a scheduled rebalance delay",
+    )
+    message = h.install("w1", {"w1": W1_SHARE, "w2": W2_SHARE}).error_message
+    assert len(message) < 500, message
+
+
 def test_an_install_may_leave_resources_unassigned_when_it_declares_a_delay() -> None:
     h = three_members_prepared()
 
