@@ -105,13 +105,47 @@ def test_a_long_full_collection_that_freed_little_freezes_its_survivors(
     assert any(r.getMessage().startswith("froze") for r in caplog.records) is freezes
 
 
-def test_survivors_are_frozen_at_most_once_a_minute(
+def test_survivors_are_frozen_at_most_every_five_seconds(
     pauses: Histogram, monkeypatch: pytest.MonkeyPatch, restored: None
 ) -> None:
     observer = gc_pauses.PauseObserver(pauses)
-    clock = iter([1.0, 1.05, 30.0, 30.05, 61.1, 61.15])  # three long, fruitless collections
+    clock = iter([1.0, 1.05, 3.0, 3.05, 6.1, 6.15])  # three long, fruitless collections
     monkeypatch.setattr(gc_pauses.time, "perf_counter", lambda: next(clock))
     for _ in range(3):
         observer("start", {"generation": 2})
         observer("stop", {"generation": 2, "collected": 0})
-    assert observer.frozen_times == 2  # at 1.05 and 61.15, not at 30.05
+    assert observer.frozen_times == 2  # at 1.05 and 6.15, not at 3.05
+
+
+def test_the_frozen_heap_is_handed_back_ten_minutes_after_the_first_freeze(
+    pauses: Histogram,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    restored: None,
+) -> None:
+    """So that a cycle frozen while alive is freed by a later collection: nothing is frozen
+    for good (the module docstring)."""
+    gc.unfreeze()
+    kept = [[i] for i in range(10_000)]
+    observer = gc_pauses.PauseObserver(pauses)
+    times = [1.0, 1.05, 300.0, 300.05, 600.0, 600.01, 601.0, 601.06, 1_300.0, 1_300.01]
+    clock = iter(times)
+    monkeypatch.setattr(gc_pauses.time, "perf_counter", lambda: next(clock))
+
+    def collection(generation: int) -> None:
+        observer("start", {"generation": generation})
+        observer("stop", {"generation": generation, "collected": 0})
+
+    with caplog.at_level(logging.INFO, logger=gc_pauses.__name__):
+        collection(2)  # 50 ms, fruitless: frozen at 1.05
+        assert observer.frozen_times == 1 and gc.get_freeze_count() >= len(kept)
+        collection(2)  # 300.05: a second freeze, but the thaw still counts from 1.05
+        assert observer.frozen_times == 2 and observer.thawed_times == 0
+        collection(0)  # 600.01: 599 s after the first freeze, not yet
+        assert observer.thawed_times == 0
+        collection(0)  # 601.06: any collection's end hands the frozen heap back
+        assert observer.thawed_times == 1
+        assert gc.get_freeze_count() == 0
+        collection(0)  # nothing frozen since: no thaw
+    assert observer.thawed_times == 1
+    assert any(r.getMessage().startswith("handed the frozen heap") for r in caplog.records)

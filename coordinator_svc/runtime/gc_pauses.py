@@ -18,11 +18,18 @@ collection of that heap took 200-500 ms on the 2-core benchmark machine while th
   fewer than `FREEZE_BELOW_COLLECTED` objects, the survivors are frozen too: a group loaded or
   grown by 100,000 tasks leaves a million long-lived references that every later full
   collection walked again for nothing (a 58 ms pause in the middle of a 100,000-task put, the
-  longest hold of the interpreter left there). The price: an object frozen while alive that
-  later becomes part of unreachable cycles is never freed (objects without cycles, such as
-  the sets, tuples and strings of a group's state, are freed as usual when dropped). So it is
-  done at most once per `FREEZE_EVERY_S`, which bounds what such cycles can leak; each time is
-  logged (`gc_frozen`). (`gc.get_freeze_count()` walks every frozen object: never called here.)
+  longest hold of the interpreter left there). It is done at most once per `FREEZE_EVERY_S`
+  (5 s) and logged (`gc_frozen`): while a 1,000-member group formed, full collections ran every
+  1-2 s, each walking the growing group again for nothing, from 36 to 450 ms, when freezing was
+  allowed once a minute (issue 24).
+- The price of freezing: an object frozen while alive that later becomes part of unreachable
+  cycles is not freed by a collection (objects without cycles, such as the sets, tuples and
+  strings of a group's state, are freed as usual when dropped). So every `THAW_EVERY_S` (10
+  minutes) after a freeze, the frozen objects are handed back to the collector
+  (`gc.unfreeze`, logged `gc_thawed`): the next full collection walks the whole heap once,
+  frees such cycles, and the freezing starts again. Nothing leaks for good; a frozen cycle
+  waits at most that long.
+(`gc.get_freeze_count()` walks every frozen object: never called here.)
 """
 
 from __future__ import annotations
@@ -48,8 +55,12 @@ FREEZE_AFTER_S = 0.02
 
 FREEZE_BELOW_COLLECTED = 1_000
 
-FREEZE_EVERY_S = 60.0
+FREEZE_EVERY_S = 5.0
 """Survivors are frozen at most this often."""
+
+THAW_EVERY_S = 600.0
+"""How long after the first freeze since the last thaw the frozen objects are handed back to
+the collector."""
 
 
 def tune() -> None:
@@ -68,7 +79,9 @@ class PauseObserver:
         self._last_logged = -LOG_EVERY_S
         self._unlogged = 0
         self.frozen_times = 0
+        self.thawed_times = 0
         self._last_frozen = -FREEZE_EVERY_S
+        self._frozen_since: float | None = None  # the first freeze since the last thaw
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         now = time.perf_counter()
@@ -79,13 +92,17 @@ class PauseObserver:
         generation = int(info.get("generation", 0))
         self.pauses.labels(str(generation)).observe(pause)
         collected = int(info.get("collected", 0))
-        if (
+        if self._frozen_since is not None and now - self._frozen_since >= THAW_EVERY_S:
+            self._thaw()
+        elif (
             generation == 2
             and pause >= FREEZE_AFTER_S
             and collected < FREEZE_BELOW_COLLECTED
             and now - self._last_frozen >= FREEZE_EVERY_S
         ):
             self._last_frozen = now
+            if self._frozen_since is None:
+                self._frozen_since = now
             self._freeze_survivors(pause, collected)
         if pause < SLOW_PAUSE_S:
             return
@@ -119,6 +136,18 @@ class PauseObserver:
                 collected=collected,
                 times=self.frozen_times,
             ),
+        )
+
+
+    def _thaw(self) -> None:
+        """Hand every frozen object back to the collector (O(1): the permanent generation is
+        spliced into the oldest one); the next full collection walks them once."""
+        gc.unfreeze()
+        self.thawed_times += 1
+        self._frozen_since = None
+        log.info(
+            "handed the frozen heap back to the garbage collector",
+            extra=fields(event="gc_thawed", times=self.thawed_times),
         )
 
 
