@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from connect_protocol.resources import ResourceSet
+from connect_protocol.resources import ResourceSet, TaskId
 from worker_agent.classic.values import CONNECT_PROTOCOL_V1, CONNECT_PROTOCOL_V2
 
 from .support import ConnectCluster, new_connectors, new_tasks
@@ -509,3 +509,30 @@ def test_leader_state_names_the_leader_and_its_url() -> None:
     answer = c.assignments["worker1"]
     assert (answer.leader, answer.leader_url, answer.error) == ("worker1", "http://worker1:8083", 0)
     assert not answer.assignment and answer.revoked is not None and not answer.revoked
+
+
+def test_a_fresh_leader_meets_work_outside_the_catalogue() -> None:
+    """Found by the closed-loop property, and Connect's behaviour as written: a leader with no
+    previous view counts work a member runs outside the catalogue (here task 0 of a connector
+    that now has no tasks) as load in its first round, revokes it as deleted only in its second
+    round (deleted = previous - configured), and that revocation unbalances the tasks, so the
+    second round also revokes for balance; the third places what it revoked."""
+    c = ConnectCluster(0)
+    c.remove_connector("connector1")
+    c.remove_connector("connector2")
+    c.add_connector("c1", 0)
+    c.add_connector("c2", 2)
+    c.add_worker("worker2", ResourceSet.of((), [TaskId("c1", 0)]))
+    c.rebalance()
+    c.assert_no_revocations()
+    assert c.allocations["worker1"] == ResourceSet.of(["c1"], [TaskId("c2", 0), TaskId("c2", 1)])
+    assert c.allocations["worker2"] == ResourceSet.of(["c2"], [TaskId("c1", 0)])
+
+    c.rebalance()
+    assert c.result.revoked == {
+        "worker1": ResourceSet.of((), [TaskId("c2", 0)]),
+        "worker2": ResourceSet.of((), [TaskId("c1", 0)]),
+    }
+    c.rebalance()
+    c.assert_no_revocations()
+    c.assert_balanced_and_complete()
