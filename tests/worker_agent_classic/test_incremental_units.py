@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+import pytest
+
 from connect_protocol.resources import EMPTY, ResourceSet
 from worker_agent.classic.incremental import (
     IncrementalCooperativeAssignor,
@@ -317,3 +319,21 @@ def test_previous_assignment_is_dropped_when_the_leader_did_not_compute_the_last
         else:
             assert assignor.delay == 0
             assert len(allocations["worker1"]) == 10  # everything, at once
+
+
+def test_the_assignor_refuses_what_connect_cannot_be_asked() -> None:
+    """The leader must be a member; the incremental protocol has versions 1 and 2 only; the
+    maximum delay is not negative (DistributedConfig's `atLeast(0)`)."""
+    assignor = IncrementalCooperativeAssignor()
+    members = {"w": WorkerState("u")}
+    with pytest.raises(ValueError, match="not a member"):
+        assignor.perform_assignment(
+            "x", members, {}, generation=1, last_completed_generation=-1, now_ms=0
+        )
+    with pytest.raises(ValueError, match="versions 1-2"):
+        assignor.perform_assignment(
+            "w", members, {}, generation=1, last_completed_generation=-1, now_ms=0, version=0
+        )
+    with pytest.raises(ValueError, match=">= 0"):
+        IncrementalCooperativeAssignor(-1)
+    assert assignor.memory == LeaderMemory()  # nothing was computed

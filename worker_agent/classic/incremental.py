@@ -4,8 +4,10 @@ under the `compatible` (V1) and `sessioned` (V2) protocols (DESIGN 3.19, "Connec
 Read from apache/kafka at commit 1eb7644349cb07139d6a3c1ad1986979647cac99 (trunk, 4.0.0-SNAPSHOT,
 2024-10-25): connect/runtime/src/main/java/org/apache/kafka/connect/runtime/distributed/
 IncrementalCooperativeAssignor.java, with the `WorkerLoad` and `ConnectorsAndTasks` helpers of
-WorkerCoordinator.java and clients' `ExponentialBackoff`. The behaviour is re-expressed, not
-translated; each step below names the Connect method it follows.
+WorkerCoordinator.java and clients' `ExponentialBackoff`; the last changes to the assignor there
+are KAFKA-13763 (#11983, the split into `performLoadBalancingRevocations`), KAFKA-12495 (#12561,
+the successive-revocation backoff) and KAFKA-15693 (#14647, no delay when the maximum is 0). The
+behaviour is re-expressed, not translated; each step below names the Connect method it follows.
 
 What the module owns:
 
@@ -35,11 +37,17 @@ Behaviour kept from Connect, in its order within `performTaskAssignment`:
    lost = previous - running - deleted; created = configured - previous - running.
 4. Deleted and duplicated work is revoked from every member running it (a duplicated task is
    revoked from all its holders, and placed again next round as new work).
-5. Lost work waits for `scheduled.rebalance.max.delay.ms` (see `handle_lost_assignments`).
-6. Load-balancing revocations, only while no delay is active, with KAFKA-12495's backoff: a
-   revoking round right after a revoking round revokes nothing and sets a delay of
-   `ExponentialBackoff(1, 40, max_delay, 0).backoff(n)` ms for the n-th successive one (1 ms when
-   the maximum delay is 1; immediately, every time, when it is 0).
+5. Lost work waits for `scheduled.rebalance.max.delay.ms` (see `handle_lost_assignments`),
+   except when the last assignment apparently did not arrive (KAFKA-9848: no delay running and
+   every previous member still present) or the maximum delay is 0 (KAFKA-15693).
+6. Load-balancing revocations, only while no delay is active, with KAFKA-12495's backoff:
+   `revokedInPrevious` is set by a round that revokes for balance and cleared by a round that
+   needs no such revocation, by any round while a delay is active, and when a delay expires.
+   While it is set, a round that would revoke for balance is the n-th successive one: it
+   revokes nothing and sets a delay of `ExponentialBackoff(1, 40, max_delay, 0).backoff(n)` ms
+   (40, 1,600, 64,000 ms..., capped at the maximum; 1 ms when the maximum is 1), or revokes at
+   once when the maximum is 0. n is not reset when a delay expires; only a round that finds
+   nothing to revoke while `revokedInPrevious` is set restarts it.
 7. New and reassigned lost work goes to the least loaded workers, connectors then tasks.
 
 Orders where Connect iterates hash maps (which members absorb a remainder, which resources a
