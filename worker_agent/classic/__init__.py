@@ -6,6 +6,8 @@ Kafka's classic group protocol (DESIGN 3.19, "Connect today").
 - `eager`: Connect's `EagerAssignor` (protocol `default`, version 0).
 - `incremental`: Connect's `IncrementalCooperativeAssignor` (`compatible` and `sessioned`,
   versions 1 and 2), with its between-rounds leader memory.
+- `messages`: from the leader's JoinGroup answer to the ports' inputs, and from their answers to
+  the leader's SyncGroup assignments (`connect_protocol.classic_messages`).
 
 Pure: no I/O, no clock (time is passed in), no protobuf.
 """
