@@ -138,7 +138,6 @@ class PauseObserver:
             ),
         )
 
-
     def _thaw(self) -> None:
         """Hand every frozen object back to the collector (O(1): the permanent generation is
         spliced into the oldest one); the next full collection walks them once."""
