@@ -334,6 +334,7 @@ class ClassicMembership:
         self._check_coordinator_unknown()
         self._check_scheduled_rebalance()
         self._check_rejoin_after_work()
+        self._maybe_prepare_join()
         actions: list[ClassicAction] = []
         to_stop = self._to_stop()
         if to_stop and self._stopping is None:
@@ -783,18 +784,31 @@ class ClassicMembership:
             return None
         if self.now_ms < self._join_not_before_ms:
             return None
-        if self._stopping is not None or self._starting is not None:
+        if self._stopping is not None or self._starting is not None or self._needs_join_prepare:
             return None  # what runs is settled first
-        if self._needs_join_prepare:
-            # WorkerCoordinator.onJoinPrepare: eager revokes everything; cooperative keeps it.
-            self._needs_join_prepare = False
-            if self.eager and self.running:
-                self._eager_revoked = True
         if self._to_stop():
             return None  # stop first: the JoinGroup reports what runs after the stop
         self.phase = ClassicPhase.JOINING
         self._group_call = _Call("join", self.now_ms, self.generation, self.member_id)
         return SendJoinGroup(self._join_request(), deadline)
+
+    def _maybe_prepare_join(self) -> None:
+        """WorkerCoordinator.onJoinPrepare, once per rebalance (AbstractCoordinator's
+        `needsJoinPrepare`) when a JoinGroup is about to go: eager revokes everything, a
+        cooperative worker keeps its assignment until it is explicitly revoked."""
+        if not self._needs_join_prepare or self._group_call is not None:
+            return
+        if self.phase not in (ClassicPhase.UNJOINED, ClassicPhase.STABLE):
+            return
+        if not (self._rejoin_needed or self.snapshot is None):
+            return
+        if self._coordinator_unknown_since is not None or self.now_ms < self._join_not_before_ms:
+            return
+        if self._stopping is not None or self._starting is not None:
+            return
+        self._needs_join_prepare = False
+        if self.eager and self.running:
+            self._eager_revoked = True
 
     def _join_request(self) -> JoinGroupRequest:
         """JoinGroup with WorkerCoordinator.metadata(): one metadata per protocol offered."""
