@@ -316,6 +316,49 @@ def test_leader_killed_between_join_and_sync() -> None:
     assert fleet.now - start < 10_000
 
 
+def test_a_crashed_worker_s_work_waits_for_the_leaders_delay() -> None:
+    """A worker dies (its session expires: no hold): the leader's incremental assignor keeps its
+    work unassigned for scheduled.rebalance.max.delay.ms (the group's 3000 ms), the survivors
+    rejoin when the delay ends (DistributedHerder's scheduledRebalance) and take it, without
+    stopping anything they run (IncrementalCooperativeAssignorTest's WorkerLeavesPermanently)."""
+    fleet = Fleet("sessioned")
+    for name in ("w1", "w2", "w3"):
+        fleet.add(name)
+    fleet.run_until_converged()
+    marks = {n: len(fleet.log[n]) for n in ("w1", "w2")}
+    fleet.crash("w3")
+    start = fleet.now
+    delays: set[int] = set()
+    while not fleet.converged():
+        fleet.step()
+        delays |= {
+            m.scheduled_rebalance_ms - fleet.now
+            for m in fleet.machines.values()
+            if m.scheduled_rebalance_ms is not None
+        }
+        assert fleet.now - start < 10_000, fleet.describe()
+    assert fleet.now - start >= 3_000 and delays
+    for name, mark in marks.items():
+        assert not [r for r in fleet.log[name][mark:] if isinstance(r.action, StopWork)]
+
+
+def test_a_worker_bouncing_within_the_delay_gets_its_work_back() -> None:
+    """IncrementalCooperativeAssignorTest's WorkerBounces, closed loop: w3 dies and a new
+    process (a new member id) comes back within the delay; when the delay ends the lost work
+    goes to it, the one worker seen empty during the delay."""
+    fleet = Fleet("sessioned")
+    for name in ("w1", "w2", "w3"):
+        fleet.add(name)
+    fleet.run_until_converged()
+    lost = fleet.machines["w3"].running
+    fleet.crash("w3")
+    fleet.run(1_500)  # the session expires, the leader starts its delay
+    assert any(m.scheduled_rebalance_ms is not None for m in fleet.machines.values())
+    fleet.add("w3b")
+    fleet.run_until_converged()
+    assert fleet.machines["w3b"].running == lost
+
+
 EVENTS = st.lists(
     st.one_of(
         st.tuples(st.just("wait"), st.integers(1, 40)),

@@ -547,3 +547,59 @@ def test_assignment_tokens_ride_on_start_and_stop() -> None:
     )
     start = one(m.poll(0), StartWork)
     assert dict(start.tokens) == dict(tokens)
+
+
+def test_heartbeats_during_a_parked_rejoin_keep_the_fence_clock() -> None:
+    """Departure (see the module docstring): a worker with a generation heartbeats while its
+    JoinGroup is parked; REBALANCE_IN_PROGRESS answers prove membership and change nothing."""
+    m = stable("sessioned", C1)
+    answer_heartbeat(m, 100, ErrorCode.REBALANCE_IN_PROGRESS)
+    one(m.poll(100), SendJoinGroup)
+    for now in range(200, 2_000, 100):
+        answer_heartbeat(m, now, ErrorCode.REBALANCE_IN_PROGRESS)
+        assert m.phase is ClassicPhase.JOINING and not only(m.poll(now), SendJoinGroup)
+    assert m.running == C1 and m.fence_deadline_ms() == 1_900 + 800
+
+
+def test_no_heartbeat_while_joining_without_a_generation() -> None:
+    """Kafka's heartbeat thread is off until a JoinGroup is answered (hasNotJoinedGroup)."""
+    m = ClassicMembership(config())
+    one(m.poll(0), SendJoinGroup)
+    assert m.poll(500) == []
+
+
+def test_heartbeat_illegal_generation_when_stable_rejoins_with_the_same_id() -> None:
+    """HeartbeatResponseHandler: ILLEGAL_GENERATION -> reset the generation, keep the id."""
+    m = stable("sessioned", C1)
+    answer_heartbeat(m, 100, ErrorCode.ILLEGAL_GENERATION)
+    actions = m.poll(100)
+    assert one(actions, SendJoinGroup).request.member_id == "w1"
+    assert not only(actions, StopWork) and m.generation == NO_GENERATION
+
+
+def test_sync_unknown_member_resets_the_id() -> None:
+    """SyncGroupResponseHandler: UNKNOWN_MEMBER_ID -> reset member id and generation."""
+    m = ClassicMembership(config())
+    joined(m, 0)
+    m.on_sync_response(SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, "gone"), 5)
+    assert one(m.poll(5), SendJoinGroup).request.member_id == ""
+
+
+def test_join_unknown_member_resets_the_id() -> None:
+    """JoinGroupResponseHandler: UNKNOWN_MEMBER_ID -> reset the member id, retry at once."""
+    m = stable("sessioned", C1)
+    answer_heartbeat(m, 100, ErrorCode.REBALANCE_IN_PROGRESS)
+    one(m.poll(100), SendJoinGroup)
+    m.on_join_response(JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, "gone"), 105)
+    join = one(m.poll(105), SendJoinGroup)
+    assert join.request.member_id == "" and join.request.protocols[0].metadata.allocation == C1
+
+
+def test_next_wakeup_covers_heartbeat_fence_and_delay() -> None:
+    m = ClassicMembership(config())
+    joined(m, 0)
+    m.on_sync_response(sync_ok(C1, delay=50), 0)
+    m.work_started(one(m.poll(0), StartWork).resources, 0)
+    assert m.next_wakeup_ms() == 50
+    m.poll(50)
+    assert m.next_wakeup_ms() <= 100
