@@ -12,7 +12,12 @@ The rules, each with what it follows:
   `compatible`, `default`; sessioned `sessioned`, `compatible`, `default`. Versions 1-2 carry the
   allocation: what the worker runs, or absent when it has no assignment snapshot (its first join,
   after KAFKA-9184's revoke or a self-fence). No `group_instance_id`: static membership is
-  connect-only (DESIGN 3.19).
+  connect-only (DESIGN 3.19). WorkerCoordinatorTest.testMetadata,
+  WorkerCoordinatorIncrementalTest.testMetadata / testMetadataWithExistingAssignment. Departure:
+  the allocation is what runs, which equals Connect's snapshot except after an eager revocation,
+  where Connect still lists the stopped work
+  (testMetadataWithExistingAssignmentButOlderProtocolSelection); reporting stopped work would
+  tell a cooperative leader and the coordinator it still runs.
 - Before a JoinGroup (`AbstractCoordinator.joinGroupIfNeeded` -> `WorkerCoordinator.onJoinPrepare`,
   once per rebalance, again after a reset): under the eager protocol every resource is stopped
   first; under compatible/sessioned the worker keeps running. Either way a JoinGroup is sent only
@@ -26,7 +31,9 @@ The rules, each with what it follows:
   `assignment` to the snapshot (the delta merge); version 0 takes `assignment` as the whole set.
   Then (`DistributedHerder.handleRebalanceCompleted`) the new work starts, and after a revocation
   the worker rejoins at once; a `delay` > 0 schedules a rejoin that long after the assignment
-  (`RebalanceListener.onAssigned`'s `scheduledRebalance`).
+  (`RebalanceListener.onAssigned`'s `scheduledRebalance`). WorkerCoordinatorTest.testRejoinGroup;
+  DistributedHerderTest.testIncrementalCooperativeRebalanceForExistingMember (a revocation, then
+  a rejoin) and testIncrementalCooperativeRebalanceWithDelay (a rejoin when the delay ends).
 - Errors (`JoinGroupResponseHandler`, `SyncGroupResponseHandler`, `HeartbeatResponseHandler`):
   MEMBER_ID_REQUIRED: rejoin at once with the id given. UNKNOWN_MEMBER_ID: member id and
   generation reset, rejoin at once. ILLEGAL_GENERATION: generation reset (member id kept), rejoin
@@ -52,6 +59,7 @@ The rules, each with what it follows:
   interval (Connect's `coordinatorDiscoveryTimeoutMs`), everything is revoked and the snapshot
   dropped; member id and generation are kept, and the worker rejoins (with no allocation) once
   the coordinator is found. Connect checks this only in its poll loop; here in every phase.
+  DistributedHerderTest's `coordinatorDiscoveryTimeoutMs` cases time the same interval.
 - Self-fencing (DESIGN 3.13 on 3.19's classic hold rule): the coordinator holds a removed
   member's work for the member's own session timeout from the last answer sent to it with an
   error other than UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION. The machine stops everything, then
