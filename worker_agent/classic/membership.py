@@ -797,6 +797,7 @@ class ClassicMembership:
         if self._to_stop():
             return None  # stop first: the JoinGroup reports what runs after the stop
         self.phase = ClassicPhase.JOINING
+        self._rejoin_after_work = False  # this JoinGroup is that rejoin
         self._group_call = _Call("join", self.now_ms, self.generation, self.member_id)
         return SendJoinGroup(self._join_request(), deadline)
 
