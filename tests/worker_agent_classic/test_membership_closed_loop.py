@@ -14,6 +14,7 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -65,6 +66,10 @@ class Fleet:
         self.log: dict[str, list[Record]] = defaultdict(list)
         #: Machines that die instead of sending their next SyncGroup.
         self.die_before_sync: set[str] = set()
+        #: Machines cut off from the coordinator until the time given: their calls get no
+        #: answer, though FindCoordinator does (so KAFKA-9184's revoke does not come first and
+        #: the self-fence is what keeps them from running work given to others).
+        self.partitioned: dict[str, int] = {}
 
     @property
     def now(self) -> int:
@@ -97,7 +102,17 @@ class Fleet:
     def perform(self, name: str, m: ClassicMembership, action: ClassicAction) -> None:
         h, now = self.h, self.now
         self.log[name].append(Record(now, action))
-        if isinstance(action, SendJoinGroup):
+        cut_off = self.partitioned.get(name, -1) > now
+        calls = (SendJoinGroup, SendSyncGroup, SendClassicHeartbeat, SendLeaveGroup)
+        if cut_off and isinstance(action, calls):
+            kind = {
+                SendJoinGroup: "join",
+                SendSyncGroup: "sync",
+                SendClassicHeartbeat: "heartbeat",
+                SendLeaveGroup: "leave",
+            }[type(action)]
+            m.on_call_failed(kind, "partitioned", now)
+        elif isinstance(action, SendJoinGroup):
             self.check_join(m, action)
             new_id = f"{name}-{next(self.ids)}"
             req = action.request
@@ -158,7 +173,9 @@ class Fleet:
             if m is None:
                 continue
             delivered = True
-            if w.kind == "join":
+            if self.partitioned.get(name or "", -1) > self.now:
+                m.on_call_failed(w.kind, "partitioned", self.now)
+            elif w.kind == "join":
                 assert isinstance(w.response, JoinGroupResponse)
                 m.on_join_response(w.response, self.now)
             else:
@@ -316,6 +333,22 @@ def test_leader_killed_between_join_and_sync() -> None:
     assert fleet.now - start < 10_000
 
 
+@pytest.mark.parametrize("protocol", ["sessioned", "default"])
+def test_a_partitioned_worker_fences_itself_before_its_work_moves(protocol: str) -> None:
+    """DESIGN 3.13/3.19: cut off for longer than its session, a worker stops everything
+    before the coordinator expires it and hands its work on; then it rejoins."""
+    fleet = Fleet(protocol)
+    for name in ("w1", "w2", "w3"):
+        fleet.add(name)
+    fleet.run_until_converged()
+    fleet.partitioned["w2"] = fleet.now + 2_000
+    fleet.run(2_000)
+    stops = [r.action for r in fleet.actions_of("w2", StopWork)]
+    assert any(s.reason == "membership lost" for s in stops)  # type: ignore[attr-defined]
+    fleet.run_until_converged()
+    assert fleet.machines["w2"].running
+
+
 def test_a_crashed_worker_s_work_waits_for_the_leaders_delay() -> None:
     """A worker dies (its session expires: no hold): the leader's incremental assignor keeps its
     work unassigned for scheduled.rebalance.max.delay.ms (the group's 3000 ms), the survivors
@@ -365,6 +398,7 @@ EVENTS = st.lists(
         st.tuples(st.just("add"), st.integers(0, 0)),
         st.tuples(st.just("leave"), st.integers(0, 5)),
         st.tuples(st.just("crash"), st.integers(0, 5)),
+        st.tuples(st.just("partition"), st.integers(0, 5)),
     ),
     min_size=1,
     max_size=6,
@@ -380,8 +414,8 @@ EVENTS = st.lists(
 def test_no_resource_on_two_machines_whatever_the_order_of_events(
     protocol: str, events: list[tuple[str, int]]
 ) -> None:
-    """Random joins, leaves, crashes and waits: no resource is ever owned by two machines (the
-    check runs after every action); the group converges once the events end."""
+    """Random joins, leaves, crashes, partitions and waits: no resource is ever owned by two
+    machines (the check runs after every action); the group converges once the events end."""
     fleet = Fleet(protocol, (("c1", 3), ("c2", 2)))
     fleet.add("w1")
     fleet.add("w2")
@@ -397,6 +431,8 @@ def test_no_resource_on_two_machines_whatever_the_order_of_events(
             fleet.machines[alive[arg % len(alive)]].leave(fleet.now)
         elif kind == "crash" and len(alive) > 1:
             fleet.crash(alive[arg % len(alive)])
+        elif kind == "partition" and alive:
+            fleet.partitioned[alive[arg % len(alive)]] = fleet.now + 300 * (arg + 1)
         fleet.step()
     for name in [n for n, m in fleet.machines.items() if m.phase is ClassicPhase.LEFT]:
         del fleet.machines[name]
