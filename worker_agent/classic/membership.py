@@ -414,7 +414,7 @@ class ClassicMembership:
         self._maybe_proof(call, resp.member_id or call.member_id, code)
         if code is ErrorCode.NONE:
             self.generation = resp.generation_id
-            self.member_id = resp.member_id
+            self.member_id = resp.member_id or call.member_id
             self.protocol_name = resp.protocol_name
             self.phase = ClassicPhase.SYNCING
             self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
