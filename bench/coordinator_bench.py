@@ -905,19 +905,24 @@ class Bench:
         )
         return agg
 
-    def phase_setup(self) -> dict[str, Any]:
+    def put_catalogue(self, group_id: str) -> None:
+        """CONNECTORS connectors of TASKS tasks each into `group_id` (creating it)."""
         a = self.args
-        log(f"phase 2, setup: {a.connectors} connectors x {a.tasks} tasks, {a.members} members")
-        t0 = time.perf_counter()
         for i in range(a.connectors):
             r = self.stubs.admin.PutConnector(
                 admin_pb2.PutConnectorRequest(
-                    group_id=GROUP, connector=f"conn-{i:02d}", task_count=a.tasks
+                    group_id=group_id, connector=f"conn-{i:02d}", task_count=a.tasks
                 ),
                 timeout=30,
             )
             if r.error_code != NONE:
                 raise RuntimeError(f"PutConnector: {r.error_code} {r.error_message}")
+
+    def phase_setup(self) -> dict[str, Any]:
+        a = self.args
+        log(f"phase 2, setup: {a.connectors} connectors x {a.tasks} tasks, {a.members} members")
+        t0 = time.perf_counter()
+        self.put_catalogue(GROUP)
         join_ms = []
         for i in range(a.members):
             req = coordinator_pb2.ConnectGroupHeartbeatRequest(
@@ -958,6 +963,39 @@ class Bench:
         )
         return out
 
+    def heartbeat_window(
+        self,
+        name: str,
+        kind: str,
+        command: dict[str, Any],
+        members: list[dict[str, Any]],
+        duration_s: float,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One measured window of the load generators' `command` over `members` (split among
+        them), warm-up 1 s: the merged figures of `kind` with CPU, anomalies and tuple writes per
+        heartbeat, kept in the report as phase `name`; returns them and the database delta."""
+        before = self.stats.settle()
+        self.profile_start(name, duration_s + 1)
+        results = self.run_all(
+            [
+                {**command, "members": share, "duration_s": duration_s, "warmup_s": 1.0}
+                for share in self.split(members)
+            ],
+            duration_s + 60,
+        )
+        cpu = self.profile_stop()
+        after = self.stats.settle()
+        agg = aggregate(results, [kind])
+        agg["cpu_cores"] = cpu
+        db = db_delta(before, after)
+        agg["errors"] = sum(r["errors"] for r in results)
+        agg["db"] = db
+        agg["tuple_writes_per_heartbeat"] = db["tuple_writes_excl_leases"] / max(
+            agg["total_incl_warmup"], 1
+        )
+        self.report["phases"][name] = {"aggregate": agg, "processes": strip_samples(results)}
+        return agg, db
+
     def phase_steady(
         self, with_owned: bool, duration_s: float, key: str = "", label: str = "phase 3"
     ) -> dict[str, Any]:
@@ -972,34 +1010,16 @@ class Bench:
             {"id": m["id"], "epoch": m["epoch"], "owned": res_json(m["owned"])}
             for m in self.members_now().values()
         ]
-        before = self.stats.settle()
-        self.profile_start(name, duration_s + 1)
-        results = self.run_all(
-            [
-                {
-                    "op": "steady",
-                    "group": GROUP,
-                    "members": share,
-                    "duration_s": duration_s,
-                    "warmup_s": 1.0,
-                    "with_owned": with_owned,
-                }
-                for share in self.split(members)
-            ],
-            duration_s + 60,
+        agg, db = self.heartbeat_window(
+            name,
+            kind,
+            {"op": "steady", "group": GROUP, "with_owned": with_owned},
+            members,
+            duration_s,
         )
-        cpu = self.profile_stop()
-        after = self.stats.settle()
-        agg = aggregate(results, [kind])
-        agg["cpu_cores"] = cpu
-        db = db_delta(before, after)
         heartbeats = agg["total_incl_warmup"]
-        agg["errors"] = sum(r["errors"] for r in results)
-        agg["db"] = db
         agg["commits_per_heartbeat"] = db["commits_excl_lease_upkeep"] / max(heartbeats, 1)
-        agg["tuple_writes_per_heartbeat"] = db["tuple_writes_excl_leases"] / max(heartbeats, 1)
         agg["raw_commits_per_heartbeat"] = db["commits"] / max(heartbeats, 1)
-        self.report["phases"][name] = {"aggregate": agg, "processes": strip_samples(results)}
         if self.describe().state != "STABLE":
             raise RuntimeError("the group left STABLE during steady heartbeats")
         log(
@@ -1038,15 +1058,7 @@ class Bench:
             f"phase 5, classic setup: {a.connectors} connectors x {a.tasks} tasks, {a.members} "
             "classic members (ids, one join phase, one SyncGroup each)"
         )
-        for i in range(a.connectors):
-            r = self.stubs.admin.PutConnector(
-                admin_pb2.PutConnectorRequest(
-                    group_id=CLASSIC_GROUP, connector=f"conn-{i:02d}", task_count=a.tasks
-                ),
-                timeout=30,
-            )
-            if r.error_code != NONE:
-                raise RuntimeError(f"PutConnector: {r.error_code} {r.error_message}")
+        self.put_catalogue(CLASSIC_GROUP)
         calls = self.classic_calls(a.members)
         started = time.perf_counter()
         self.classic = calls.form(
@@ -1070,34 +1082,13 @@ class Bench:
             "phase 5, classic_steady: every classic member heartbeats at its generation, "
             f"for {duration_s}s (+1s warm-up)"
         )
-        before = self.stats.settle()
-        self.profile_start("classic_steady", duration_s + 1)
-        results = self.run_all(
-            [
-                {
-                    "op": "classic_steady",
-                    "group": CLASSIC_GROUP,
-                    "members": share,
-                    "duration_s": duration_s,
-                    "warmup_s": 1.0,
-                }
-                for share in self.split(self.classic.as_load())
-            ],
-            duration_s + 60,
+        agg, db = self.heartbeat_window(
+            "classic_steady",
+            "classic_steady",
+            {"op": "classic_steady", "group": CLASSIC_GROUP},
+            self.classic.as_load(),
+            duration_s,
         )
-        cpu = self.profile_stop()
-        after = self.stats.settle()
-        agg = aggregate(results, ["classic_steady"])
-        agg["cpu_cores"] = cpu
-        db = db_delta(before, after)
-        heartbeats = agg["total_incl_warmup"]
-        agg["errors"] = sum(r["errors"] for r in results)
-        agg["db"] = db
-        agg["tuple_writes_per_heartbeat"] = db["tuple_writes_excl_leases"] / max(heartbeats, 1)
-        self.report["phases"]["classic_steady"] = {
-            "aggregate": agg,
-            "processes": strip_samples(results),
-        }
         state, _ = self.classic_state(CLASSIC_GROUP)
         if state != "STABLE" or agg["errors"]:
             raise RuntimeError(
