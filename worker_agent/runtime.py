@@ -96,6 +96,18 @@ class AgentSettings:
     #: TLS for the channels (None: plaintext, to loopback unless `allow_plaintext`).
     tls: ClientTls | None = None
     allow_plaintext: bool = False
+    #: Which group protocol the agent speaks (Kafka's `group.protocol`, DESIGN 2.2): "connect"
+    #: (the coordinator's ConnectGroupHeartbeat) or "classic" (Kafka's JoinGroup, SyncGroup,
+    #: Heartbeat and LeaveGroup, as a Kafka Connect worker today: `classic.runtime.ClassicAgent`).
+    group_protocol: str = "connect"
+    #: Connect's `connect.protocol`: "eager", "compatible" or "sessioned". The connect protocol
+    #: reads `eager` and the assignors; the classic protocol offers the JoinGroup protocols this
+    #: names (eager: `default` only).
+    protocol: str = "sessioned"
+    #: Classic only (on the connect protocol the coordinator sends both): Kafka's
+    #: `session.timeout.ms` and `heartbeat.interval.ms` (Connect's defaults).
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
 
 
 def advertised(assignors: Sequence[ConnectAssignor]) -> tuple[Assignor, ...]:
