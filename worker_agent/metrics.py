@@ -43,6 +43,7 @@ SELF_FENCE_REASONS = (
     ErrorCode.FENCED_MEMBER_EPOCH.name,
     ErrorCode.UNKNOWN_MEMBER_ID.name,
     ErrorCode.FENCED_INSTANCE_ID.name,  # another process took its instance id: it exits
+    "coordinator_unreachable",  # classic: no coordinator for a heartbeat interval (KAFKA-9184)
 )
 #: worker_agent_leaves_total{outcome}.
 LEAVE_OUTCOMES = (
@@ -54,7 +55,18 @@ LEAVE_OUTCOMES = (
 EVENTS = ("revoked", "assigned")
 #: Why a StopWork stops what it stops (the machine's reasons).
 STOP_REASONS = ("revoked", "membership lost", "leaving", "eager rebalance", "fatal error")
-PHASES = ("JOINING", "MEMBER", "REJOINING", "LEAVING", "STOPPING", "LEFT")
+#: The connect machine's phases, then the classic machine's own (`classic.membership`).
+PHASES = (
+    "JOINING",
+    "MEMBER",
+    "REJOINING",
+    "LEAVING",
+    "STOPPING",
+    "LEFT",
+    "UNJOINED",
+    "SYNCING",
+    "STABLE",
+)
 REVOCATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -192,7 +204,7 @@ class AgentMetrics:
             "Heartbeats the coordinator answered with an error, by its error code "
             "(COMPUTE_ASSIGNMENT, a request to compute an assignment, is not one).",
             ["code"],
-            initial=[(c,) for c in SELF_FENCE_REASONS[1:]],
+            initial=[(c,) for c in SELF_FENCE_REASONS if c.isupper()],
         )
         self.heartbeat_failures = Counter(
             "worker_agent_heartbeat_failures_total",
@@ -206,7 +218,8 @@ class AgentMetrics:
             "Times the agent lost its membership and stopped all its work: session_timeout (no "
             "successful heartbeat for nearly a session timeout: it fenced itself), or the "
             "coordinator's answer (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: it rejoins; "
-            "FENCED_INSTANCE_ID: it exits).",
+            "FENCED_INSTANCE_ID: it exits); classic mode also coordinator_unreachable (no "
+            "coordinator for a heartbeat interval, KAFKA-9184: it revokes and rejoins).",
             ["reason"],
             initial=[(r,) for r in SELF_FENCE_REASONS],
         )

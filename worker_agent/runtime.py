@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from connect_protocol import logs
 from connect_protocol import wire as protocol_wire
@@ -36,6 +37,7 @@ from connect_protocol.messages import (
 )
 from connect_protocol.resources import ResourceSet
 from connect_protocol.tls import ClientTls
+from connect_protocol.tokens import FencingTokens
 
 from .assigning import AssignmentComputation
 from .assignor import ConnectAssignor
@@ -54,6 +56,7 @@ from .membership import (
     FindCoordinator,
     Membership,
     MembershipConfig,
+    Notice,
     Phase,
     SendHeartbeat,
     StartWork,
@@ -128,10 +131,57 @@ def advertised(assignors: Sequence[ConnectAssignor]) -> tuple[Assignor, ...]:
     return tuple(out)
 
 
-class Agent:
-    """One worker's membership in one group. `run()` blocks until the agent has left.
+class WorkMachine(Protocol):
+    """What `AgentBase` uses of a membership machine (`membership.Membership`,
+    `classic.membership.ClassicMembership`)."""
 
-    `stop()` (e.g. from a SIGTERM handler) makes it revoke everything, then leave."""
+    @property
+    def phase(self) -> Any: ...
+
+    @property
+    def running(self) -> ResourceSet: ...
+
+    @property
+    def tokens(self) -> FencingTokens: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def fatal(self) -> str | None: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def poll(self, now_ms: int) -> Sequence[Any]: ...
+
+    def next_wakeup_ms(self) -> int: ...
+
+    def fence_deadline_ms(self) -> int | None: ...
+
+    def drain_notices(self) -> list[Notice]: ...
+
+    def leave(self, now_ms: int) -> None: ...
+
+    def give_up_leaving(self) -> None: ...
+
+    def work_stopped(self, resources: ResourceSet, now_ms: int) -> None: ...
+
+    def work_started(self, resources: ResourceSet, now_ms: int) -> None: ...
+
+    def work_released(self, resources: ResourceSet, now_ms: int) -> ResourceSet: ...
+
+
+class AgentBase:
+    """What the agent's two modes share (the connect protocol's `Agent`, the classic protocol's
+    `classic.runtime.ClassicAgent`): the loop that polls the membership machine, the listener
+    calls with their retries and partial releases, the leave on `stop()`, status and metrics.
+    A mode supplies its machine (`_make_machine`) and what its actions do (`_dispatch`).
+
+    `run()` blocks until the agent has left; `stop()` (e.g. from a SIGTERM handler) makes it
+    revoke everything, then leave."""
+
+    machine: WorkMachine
 
     def __init__(
         self,
@@ -140,7 +190,11 @@ class Agent:
         status: StatusServer | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
         metrics: AgentMetrics | None = None,
+        *,
+        transport: Transport | None = None,
     ) -> None:
+        """`transport`: the connection to the coordinator (tests and benchmarks pass one they
+        can break); by default one to `settings.coordinators`."""
         if not settings.coordinators:
             raise ValueError("at least one coordinator address is needed")
         self.settings = settings
@@ -150,44 +204,24 @@ class Agent:
         self.metrics = metrics or AgentMetrics()
         self.metrics.watch(self._metrics_view)
         self._clock_ms = clock_ms
-        self.machine = Membership(
-            MembershipConfig(
-                group_id=settings.group_id,
-                member_id=settings.member_id,
-                assignors=advertised(settings.assignors),
-                rebalance_timeout_ms=settings.rebalance_timeout_ms,
-                instance_id=settings.instance_id,
-                url=settings.url,
-                eager=settings.eager,
-            )
-        )
+        self.machine = self._make_machine()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop_requested = threading.Event()
         self._abandon = threading.Event()  # stop retrying listener calls: the process exits
-        self._transport = Transport(
+        self._transport = transport or Transport(
             settings.coordinators,
             settings.max_message_bytes,
             tls=settings.tls,
             allow_plaintext=settings.allow_plaintext,
         )
-        self._assigning = AssignmentComputation(
-            group_id=settings.group_id,
-            member_id=settings.member_id,
-            assignors=settings.assignors,
-            transport=self._transport,
-            member_epoch=lambda: self.member_epoch,
-            rpc_timeout_s=settings.rpc_timeout_s,
-            too_large_backoff=Backoff(
-                settings.too_large_initial_backoff_s, settings.too_large_max_backoff_s
-            ),
-            stop=self._stop_requested,
-        )
         self._work = ThreadPoolExecutor(1, thread_name_prefix="listener")
-        self._compute = ThreadPoolExecutor(1, thread_name_prefix="assignor")
         self._leave_deadline: float | None = None
         self._gave_up_leaving = False
         self._left = threading.Event()  # run() has returned
+
+    def _make_machine(self) -> WorkMachine:
+        raise NotImplementedError
 
     # --- control -------------------------------------------------------------------------
 
@@ -214,7 +248,9 @@ class Agent:
         self.stop()
 
     @property
-    def phase(self) -> Phase:
+    def phase(self) -> Any:
+        """The machine's phase (an enum: `membership.Phase`, or `classic.membership.ClassicPhase`
+        in classic mode)."""
         with self._lock:
             return self.machine.phase
 
@@ -232,22 +268,27 @@ class Agent:
     @property
     def member_epoch(self) -> int:
         with self._lock:
-            return self.machine.epoch
+            return int(self.machine.epoch)
+
+    @property
+    def member_id(self) -> str:
+        """The member id the agent is known by now (classic: the coordinator-made one, empty
+        before it is given and after the membership is lost)."""
+        with self._lock:
+            return self._member_id()
+
+    def _member_id(self) -> str:
+        """`member_id`, with the lock held."""
+        return self.settings.member_id
 
     def run(self) -> None:
-        log.info(
-            "agent starting: group %s, member %s, coordinator %s, assignors %s",
-            self.settings.group_id,
-            self.settings.member_id,
-            self._transport.address,
-            [f"{a.name}[{a.minimum_version}-{a.maximum_version}]" for a in self.settings.assignors],
-        )
+        log.info("agent starting: %s", self._start_line())
         try:
             self._loop()
             self.metrics.leaves.inc(self._leave_outcome())
         finally:
             self._work.shutdown(wait=True, cancel_futures=False)
-            self._compute.shutdown(wait=True, cancel_futures=True)
+            self._shutdown()
             self._transport.close()
             if self.status is not None:
                 self.status.set_not_ready("the agent has left the group")
@@ -257,6 +298,13 @@ class Agent:
                 self.settings.group_id,
             )
             self._left.set()
+
+    def _start_line(self) -> str:
+        """What the start-up log line says after "agent starting: "."""
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        """Stop the mode's own threads (after the loop has returned)."""
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -282,12 +330,9 @@ class Agent:
                     log.warning("could not deliver the leave in time; the session will expire")
                     m.give_up_leaving()
                     self._gave_up_leaving = True
-                was_member = m.phase is Phase.MEMBER
+                before = self._fence_marker()
                 actions = m.poll(now)
-                if was_member and m.phase is not Phase.MEMBER:
-                    # Only the self-fence moves a member away in poll (no successful heartbeat
-                    # for nearly a session timeout); answers are counted in _heartbeat.
-                    self.metrics.self_fenced.inc("session_timeout")
+                self._count_fences(before)
                 for notice in m.drain_notices():
                     getattr(log, notice.level)(notice.message)
                 if m.phase is Phase.LEFT and not actions:
@@ -304,18 +349,17 @@ class Agent:
                 self._wake.wait(timeout=delay_ms / 1000)
             self._wake.clear()
 
-    def _dispatch(self, action: Action) -> None:
-        match action:
-            case SendHeartbeat(request=request):
-                self._heartbeat(request)
-            case StopWork() | StartWork():
-                self._work.submit(self._listen, action, time.monotonic())
-            case ComputeAssignment():
-                self._compute.submit(self._compute_assignment)
-            case FindCoordinator(reason=reason):
-                self._find_coordinator(reason)
+    def _fence_marker(self) -> Any:
+        """What `_count_fences` compares after a poll (with the lock held)."""
+        raise NotImplementedError
 
-    # --- heartbeats ------------------------------------------------------------------------
+    def _count_fences(self, before: Any) -> None:
+        """Count the self-fences the last poll made (with the lock held)."""
+        raise NotImplementedError
+
+    def _dispatch(self, action: Any) -> None:
+        """Carry out one of the machine's actions (without the lock)."""
+        raise NotImplementedError
 
     def _call_timeout_s(self) -> float:
         """The call deadline: the configured one, but never past the self-fencing deadline (a
@@ -327,58 +371,17 @@ class Agent:
             timeout = min(timeout, max(0.05, (fence_at - self._clock_ms()) / 1000))
         return timeout
 
-    def _heartbeat(self, request: HeartbeatRequest) -> None:
-        self.metrics.heartbeats.inc()
-        try:
-            answer = self._transport.heartbeat(
-                protocol_wire.heartbeat_request_to_wire(request), self._call_timeout_s()
-            )
-        except TransportError as error:
-            self.metrics.heartbeat_failures.inc(
-                "UNKNOWN" if error.code is None else str(error.code.name)
-            )
-            # The machine backs the next heartbeat off (at most a heartbeat interval apart), so
-            # even a heartbeat that is too large is not retried in a tight loop.
-            with self._lock:
-                self.machine.on_heartbeat_failed(str(error), self._clock_ms())
-            return
-        response = protocol_wire.heartbeat_response_from_wire(answer)
-        code = response.error_code
-        if code is not ErrorCode.NONE and code is not ErrorCode.COMPUTE_ASSIGNMENT:
-            self.metrics.heartbeat_errors.inc(code.name)
-            if code in REJOIN_ERRORS or code is ErrorCode.FENCED_INSTANCE_ID:
-                self.metrics.self_fenced.inc(code.name)  # the machine stops everything
-        with self._lock:
-            before = self.machine.assigned
-            self.machine.on_heartbeat_response(response, self._clock_ms())
-            after, epoch, ready = self.machine.assigned, self.machine.epoch, self.machine.ready
-        if response.assignment is not None and after != before:
-            log.info("assignment at epoch %d: %s", epoch, _describe(after))
-            self._on_assignment(after)
-        if (
-            self.status is not None
-            and ready
-            and response.error_code
-            in (
-                ErrorCode.NONE,
-                ErrorCode.COMPUTE_ASSIGNMENT,
-            )
-        ):
-            with self._lock:
-                running, tokens = self.machine.running, self.machine.tokens
-            self.status.update(epoch, running, tokens)
-
-    def _on_assignment(self, assignment: ResourceSet) -> None:
-        for assignor in self.settings.assignors:
-            try:
-                assignor.on_assignment(self.settings.member_id, assignment)
-            except Exception:
-                log.exception("assignor %s failed in on_assignment", assignor.name)
-
     def _find_coordinator(self, reason: str) -> None:
-        self._transport.find_coordinator(self.settings.group_id, reason, self._call_timeout_s)
+        found = self._transport.find_coordinator(
+            self.settings.group_id, reason, self._call_timeout_s
+        )
         with self._lock:
-            self.machine.coordinator_found(self._clock_ms())
+            self._coordinator_lookup_done(found)
+
+    def _coordinator_lookup_done(self, found: str | None) -> None:
+        """Tell the machine how FindCoordinator went (`found`: the address, None: no answer);
+        with the lock held."""
+        raise NotImplementedError
 
     # --- listener calls --------------------------------------------------------------------
 
@@ -390,6 +393,8 @@ class Agent:
         releaser: Releaser | None = None
         if isinstance(action, StopWork):
             releaser = functools.partial(self._release, action, batch)
+        with self._lock:
+            member_id = self._event_member_id()
         calls = 0
 
         def attempt() -> None:
@@ -408,7 +413,7 @@ class Agent:
                         kind,
                         remaining,
                         group_id=self.settings.group_id,
-                        member_id=self.settings.member_id,
+                        member_id=member_id,
                         member_epoch=action.member_epoch,
                         fencing_tokens=action.tokens,
                         releaser=releaser,
@@ -446,6 +451,11 @@ class Agent:
         if self.status is not None:
             self.status.update(epoch, running, tokens)
         self._wake.set()
+
+    def _event_member_id(self) -> str:
+        """The member id listener events name (with the lock held): the one the work is held
+        under."""
+        return self._member_id()
 
     def _release(self, action: StopWork, batch: _Batch, resources: ResourceSet) -> None:
         """The listener's `event.release(resources)`: part of `action` has stopped."""
@@ -502,14 +512,152 @@ class Agent:
     def _leave_outcome(self) -> str:
         """How the membership ended, once the loop has returned."""
         with self._lock:
-            m = self.machine
-            if m.fatal is not None:
+            if self.machine.fatal is not None:
                 return "fatal"
             if self._gave_up_leaving:
                 return "timed_out"
-            if m.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            if self._left_group():
                 return "left"
             return "not_member"
+
+    def _left_group(self) -> bool:
+        """Whether the coordinator answered the leave (with the lock held)."""
+        raise NotImplementedError
+
+
+class Agent(AgentBase):
+    """One worker's membership in one group on the connect protocol (ConnectGroupHeartbeat;
+    `membership.Membership`). The assignment computation (Prepare, assign, Install) runs on a
+    thread of its own."""
+
+    machine: Membership
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        listener: WorkerRebalanceListener,
+        status: StatusServer | None = None,
+        clock_ms: Callable[[], int] = monotonic_ms,
+        metrics: AgentMetrics | None = None,
+        *,
+        transport: Transport | None = None,
+    ) -> None:
+        super().__init__(settings, listener, status, clock_ms, metrics, transport=transport)
+        self._assigning = AssignmentComputation(
+            group_id=settings.group_id,
+            member_id=settings.member_id,
+            assignors=settings.assignors,
+            transport=self._transport,
+            member_epoch=lambda: self.member_epoch,
+            rpc_timeout_s=settings.rpc_timeout_s,
+            too_large_backoff=Backoff(
+                settings.too_large_initial_backoff_s, settings.too_large_max_backoff_s
+            ),
+            stop=self._stop_requested,
+        )
+        self._compute = ThreadPoolExecutor(1, thread_name_prefix="assignor")
+
+    def _make_machine(self) -> Membership:
+        settings = self.settings
+        return Membership(
+            MembershipConfig(
+                group_id=settings.group_id,
+                member_id=settings.member_id,
+                assignors=advertised(settings.assignors),
+                rebalance_timeout_ms=settings.rebalance_timeout_ms,
+                instance_id=settings.instance_id,
+                url=settings.url,
+                eager=settings.eager,
+            )
+        )
+
+    def _start_line(self) -> str:
+        s = self.settings
+        assignors = [f"{a.name}[{a.minimum_version}-{a.maximum_version}]" for a in s.assignors]
+        return (
+            f"group {s.group_id}, member {s.member_id}, coordinator {self._transport.address}, "
+            f"assignors {assignors}"
+        )
+
+    def _shutdown(self) -> None:
+        self._compute.shutdown(wait=True, cancel_futures=True)
+
+    def _fence_marker(self) -> bool:
+        return self.machine.phase is Phase.MEMBER
+
+    def _count_fences(self, before: bool) -> None:
+        if before and self.machine.phase is not Phase.MEMBER:
+            # Only the self-fence moves a member away in poll (no successful heartbeat for
+            # nearly a session timeout); answers are counted in _heartbeat.
+            self.metrics.self_fenced.inc("session_timeout")
+
+    def _dispatch(self, action: Action) -> None:
+        match action:
+            case SendHeartbeat(request=request):
+                self._heartbeat(request)
+            case StopWork() | StartWork():
+                self._work.submit(self._listen, action, time.monotonic())
+            case ComputeAssignment():
+                self._compute.submit(self._compute_assignment)
+            case FindCoordinator(reason=reason):
+                self._find_coordinator(reason)
+
+    def _coordinator_lookup_done(self, found: str | None) -> None:
+        # Whether or not one answered: the next heartbeat goes to the current address.
+        self.machine.coordinator_found(self._clock_ms())
+
+    def _left_group(self) -> bool:
+        return self.machine.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH)
+
+    # --- heartbeats ------------------------------------------------------------------------
+
+    def _heartbeat(self, request: HeartbeatRequest) -> None:
+        self.metrics.heartbeats.inc()
+        try:
+            answer = self._transport.heartbeat(
+                protocol_wire.heartbeat_request_to_wire(request), self._call_timeout_s()
+            )
+        except TransportError as error:
+            self.metrics.heartbeat_failures.inc(
+                "UNKNOWN" if error.code is None else str(error.code.name)
+            )
+            # The machine backs the next heartbeat off (at most a heartbeat interval apart), so
+            # even a heartbeat that is too large is not retried in a tight loop.
+            with self._lock:
+                self.machine.on_heartbeat_failed(str(error), self._clock_ms())
+            return
+        response = protocol_wire.heartbeat_response_from_wire(answer)
+        code = response.error_code
+        if code is not ErrorCode.NONE and code is not ErrorCode.COMPUTE_ASSIGNMENT:
+            self.metrics.heartbeat_errors.inc(code.name)
+            if code in REJOIN_ERRORS or code is ErrorCode.FENCED_INSTANCE_ID:
+                self.metrics.self_fenced.inc(code.name)  # the machine stops everything
+        with self._lock:
+            before = self.machine.assigned
+            self.machine.on_heartbeat_response(response, self._clock_ms())
+            after, epoch, ready = self.machine.assigned, self.machine.epoch, self.machine.ready
+        if response.assignment is not None and after != before:
+            log.info("assignment at epoch %d: %s", epoch, _describe(after))
+            self._on_assignment(after)
+        if (
+            self.status is not None
+            and ready
+            and response.error_code
+            in (
+                ErrorCode.NONE,
+                ErrorCode.COMPUTE_ASSIGNMENT,
+            )
+        ):
+            with self._lock:
+                running, tokens = self.machine.running, self.machine.tokens
+            self.status.update(epoch, running, tokens)
+
+    def _on_assignment(self, assignment: ResourceSet) -> None:
+        for assignor in self.settings.assignors:
+            try:
+                assignor.on_assignment(self.settings.member_id, assignment)
+            except Exception:
+                log.exception("assignor %s failed in on_assignment", assignor.name)
 
     # --- assignment ------------------------------------------------------------------------
 
@@ -538,4 +686,4 @@ def _describe(resources: ResourceSet) -> str:
     return ", ".join(resources.sorted_connectors() + [str(t) for t in resources.sorted_tasks()])
 
 
-__all__ = ["Agent", "AgentSettings", "advertised", "monotonic_ms"]
+__all__ = ["Agent", "AgentBase", "AgentSettings", "advertised", "monotonic_ms"]

@@ -18,7 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
-from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from connect.group.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    classic_pb2,
+    classic_pb2_grpc,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+)
 
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 from connect_protocol.tls import ClientTls, TlsConfigError, plaintext_problem
@@ -31,6 +38,10 @@ HEARTBEAT = "ConnectGroupHeartbeat"
 PREPARE_ASSIGNMENT = "ConnectGroupPrepareAssignment"
 INSTALL_ASSIGNMENT = "ConnectGroupInstallAssignment"
 FIND_COORDINATOR = "FindCoordinator"
+JOIN_GROUP = "JoinGroup"
+SYNC_GROUP = "SyncGroup"
+CLASSIC_HEARTBEAT = "Heartbeat"
+LEAVE_GROUP = "LeaveGroup"
 
 
 class Failure(enum.Enum):
@@ -137,6 +148,7 @@ class Connection:
             )
         self.coordinator = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self.channel)
         self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
+        self.classic = classic_pb2_grpc.ConnectGroupClassicStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()
@@ -218,6 +230,43 @@ class Transport:
             lambda c: c.coordinator.ConnectGroupInstallAssignment,
             request,
             timeout_s,
+        )
+        return answer
+
+    # --- the classic protocol (DESIGN 3.19; the agent's classic mode) ------------------------
+
+    def join_group(
+        self, request: classic_pb2.JoinGroupRequest, timeout_s: float
+    ) -> classic_pb2.JoinGroupResponse:
+        """JoinGroup: may be held until the group's join phase ends (its deadline is the
+        rebalance timeout plus Kafka's 5 s lapse)."""
+        answer: classic_pb2.JoinGroupResponse = self._call(
+            JOIN_GROUP, lambda c: c.classic.JoinGroup, request, timeout_s
+        )
+        return answer
+
+    def sync_group(
+        self, request: classic_pb2.SyncGroupRequest, timeout_s: float
+    ) -> classic_pb2.SyncGroupResponse:
+        """SyncGroup: a follower's may be held until the leader's assignments arrive."""
+        answer: classic_pb2.SyncGroupResponse = self._call(
+            SYNC_GROUP, lambda c: c.classic.SyncGroup, request, timeout_s
+        )
+        return answer
+
+    def classic_heartbeat(
+        self, request: classic_pb2.HeartbeatRequest, timeout_s: float
+    ) -> classic_pb2.HeartbeatResponse:
+        answer: classic_pb2.HeartbeatResponse = self._call(
+            CLASSIC_HEARTBEAT, lambda c: c.classic.Heartbeat, request, timeout_s
+        )
+        return answer
+
+    def leave_group(
+        self, request: classic_pb2.LeaveGroupRequest, timeout_s: float
+    ) -> classic_pb2.LeaveGroupResponse:
+        answer: classic_pb2.LeaveGroupResponse = self._call(
+            LEAVE_GROUP, lambda c: c.classic.LeaveGroup, request, timeout_s
         )
         return answer
 

@@ -77,7 +77,7 @@ def _steady_classic_rule(req: ClassicHeartbeatRequest) -> Steady:
     return Steady(lambda _response: False, worth_trying)
 
 
-class ClassicServicer(_Base, classic_pb2_grpc.ConnectGroupClassicServicer):
+class ClassicServicer(_Base, classic_pb2_grpc.ConnectGroupClassicServicer):  # type: ignore[misc]
     """`max_connection_age_ms` / `max_connection_age_grace_ms`: the server's connection age, which
     bounds how long a call may stay parked (`connection_age.park_limit_ms`)."""
 

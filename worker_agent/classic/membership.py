@@ -292,6 +292,11 @@ class ClassicMembership:
     last_completed_generation: int = NO_GENERATION
     scheduled_rebalance_ms: int | None = None
     fatal: str | None = None
+    #: The LeaveGroup was answered NONE (the runtime's "left" outcome).
+    left_group: bool = False
+    #: How often the worker fenced itself (session) and revoked for KAFKA-9184 (metrics).
+    self_fences: int = 0
+    unreachable_revokes: int = 0
     leader: ClassicLeader = field(init=False)
     notices: list[Notice] = field(default_factory=list)
 
@@ -328,6 +333,36 @@ class ClassicMembership:
     def eager(self) -> bool:
         """Whether the protocol in force is version 0 (Connect's `currentConnectProtocol`)."""
         return PROTOCOL_VERSIONS[self.current_protocol] == 0
+
+    @property
+    def epoch(self) -> int:
+        """The generation, under the name the runtime and the listener events use (one counter,
+        DESIGN 3.19)."""
+        return self.generation
+
+    @property
+    def work_member_id(self) -> str:
+        """The member id the worker's work was granted under (it may differ from `member_id`
+        for a while after UNKNOWN_MEMBER_ID)."""
+        return self._work_member_id
+
+    @property
+    def ready(self) -> bool:
+        """Whether the worker runs its generation's assignment (the status endpoint's
+        readiness)."""
+        return self.phase is ClassicPhase.STABLE
+
+    @property
+    def rebalancing(self) -> bool:
+        """Whether a rebalance of this worker is under way or due: not STABLE, a rejoin pending,
+        or work being stopped or started."""
+        return (
+            self.phase is not ClassicPhase.STABLE
+            or self._rejoin_needed
+            or self._rejoin_after_work
+            or self._stopping is not None
+            or self._starting is not None
+        )
 
     @property
     def owned(self) -> ResourceSet:
@@ -511,6 +546,8 @@ class ClassicMembership:
         self.now_ms = now_ms
         if resp.error_code is not ErrorCode.NONE:
             self.notices.append(Notice("info", f"LeaveGroup: {resp.error_code.name}"))
+        else:
+            self.left_group = True
         self._left()
 
     def on_call_failed(self, kind: str, error: str, now_ms: int) -> None:
@@ -560,6 +597,14 @@ class ClassicMembership:
         self.running = self.running - resources
         self._stopping = None
         self._trim_tokens()
+
+    def work_released(self, resources: ResourceSet, now_ms: int) -> ResourceSet:
+        """Part of a StopWork has stopped (the listener's `event.release`). The classic
+        protocol acknowledges a revocation only with the next JoinGroup's allocation, sent once
+        the whole batch has stopped: nothing is acknowledged now (the empty set)."""
+        self.now_ms = now_ms
+        self.running = self.running - resources
+        return EMPTY
 
     def work_started(self, resources: ResourceSet, now_ms: int) -> None:
         self.now_ms = now_ms
@@ -699,6 +744,7 @@ class ClassicMembership:
                 f"{self.config.session_timeout_ms} ms): fencing itself, stopping all work",
             )
         )
+        self.self_fences += 1
         self._proof_sent_ms = None
         self.snapshot = None
         self.scheduled_rebalance_ms = None
@@ -729,6 +775,7 @@ class ClassicMembership:
                 "so as not to run work while not a member (KAFKA-9184)",
             )
         )
+        self.unreachable_revokes += 1
         self.snapshot = None
         self.scheduled_rebalance_ms = None
         self._rejoin_after_work = False
@@ -819,10 +866,11 @@ class ClassicMembership:
         if self.eager and self.running:
             self._eager_revoked = True
 
-    def _join_request(self) -> JoinGroupRequest:
-        """JoinGroup with WorkerCoordinator.metadata(): one metadata per protocol offered."""
+    def join_protocols(self) -> tuple[ClassicProtocol, ...]:
+        """WorkerCoordinator.metadata(): one metadata per protocol offered, most preferred
+        first; versions 1-2 carry the allocation."""
         allocation = None if self.snapshot is None else self.running
-        protocols = tuple(
+        return tuple(
             ClassicProtocol(
                 name,
                 ConnectWorkerMetadata(
@@ -833,6 +881,10 @@ class ClassicMembership:
             )
             for name in PROTOCOL_LISTS[self.config.protocol]
         )
+
+    def _join_request(self) -> JoinGroupRequest:
+        """JoinGroup with the protocols offered (`join_protocols`)."""
+        protocols = self.join_protocols()
         c = self.config
         return JoinGroupRequest(
             group_id=c.group_id,
