@@ -182,6 +182,9 @@ class AgentBase:
     revoke everything, then leave."""
 
     machine: WorkMachine
+    #: Phases (by value; both machines name them alike) in which `stop()` starts no leave:
+    #: already leaving or left.
+    _NOT_LEAVING_FROM: frozenset[str] = frozenset({"LEAVING", "LEFT"})
 
     def __init__(
         self,
@@ -313,18 +316,19 @@ class AgentBase:
             now = self._clock_ms()
             with self._lock:
                 m = self.machine
-                if self._stop_requested.is_set() and m.phase not in (Phase.LEAVING, Phase.LEFT):
+                phase = m.phase.value
+                if self._stop_requested.is_set() and phase not in self._NOT_LEAVING_FROM:
                     log.info("leaving the group: stopping all work first")
                     m.leave(now)
                     self._leave_deadline = None
-                if self._leave_deadline is None and m.phase is Phase.LEAVING and not m.running:
+                if self._leave_deadline is None and m.phase.value == "LEAVING" and not m.running:
                     # The time to deliver the leave runs from when the work has stopped (a slow
                     # revocation must not use it up).
                     self._leave_deadline = time.monotonic() + self.settings.leave_timeout_s
                 if (
                     self._leave_deadline is not None
                     and time.monotonic() > self._leave_deadline
-                    and m.phase is Phase.LEAVING
+                    and m.phase.value == "LEAVING"
                     and not m.running
                 ):
                     log.warning("could not deliver the leave in time; the session will expire")
@@ -335,7 +339,7 @@ class AgentBase:
                 self._count_fences(before)
                 for notice in m.drain_notices():
                     getattr(log, notice.level)(notice.message)
-                if m.phase is Phase.LEFT and not actions:
+                if m.phase.value == "LEFT" and not actions:
                     return
                 wake_at = m.next_wakeup_ms()
             if actions:
@@ -425,9 +429,9 @@ class AgentBase:
             self.metrics.listener_calls.inc(kind, "ok")
 
         if isinstance(action, StopWork):
-            log.info("stopping (%s): %s", action.reason, _describe(action.resources))
+            log.info("stopping (%s): %s", action.reason, describe_resources(action.resources))
         else:
-            log.info("starting: %s", _describe(action.resources))
+            log.info("starting: %s", describe_resources(action.resources))
         done = call_with_retry(
             attempt,
             what=f"listener on_{kind} at epoch {action.member_epoch}",
@@ -479,7 +483,7 @@ class AgentBase:
         if acknowledged:
             log.info(
                 "released %s (%s at epoch %d): stopped and acknowledged; %d of %d left to stop",
-                _describe(fresh),
+                describe_resources(fresh),
                 action.reason,
                 action.member_epoch,
                 left,
@@ -489,7 +493,7 @@ class AgentBase:
         else:
             log.info(
                 "stopped %s (%s): acknowledged with the rest of the batch; %d of %d left to stop",
-                _describe(fresh),
+                describe_resources(fresh),
                 action.reason,
                 left,
                 len(action.resources),
@@ -637,7 +641,7 @@ class Agent(AgentBase):
             self.machine.on_heartbeat_response(response, self._clock_ms())
             after, epoch, ready = self.machine.assigned, self.machine.epoch, self.machine.ready
         if response.assignment is not None and after != before:
-            log.info("assignment at epoch %d: %s", epoch, _describe(after))
+            log.info("assignment at epoch %d: %s", epoch, describe_resources(after))
             self._on_assignment(after)
         if (
             self.status is not None
@@ -680,10 +684,18 @@ class _Batch:
         self.finished = False
 
 
-def _describe(resources: ResourceSet) -> str:
+def describe_resources(resources: ResourceSet) -> str:
+    """Resources for a log line: connectors, then tasks, sorted."""
     if not resources:
         return "nothing"
     return ", ".join(resources.sorted_connectors() + [str(t) for t in resources.sorted_tasks()])
 
 
-__all__ = ["Agent", "AgentBase", "AgentSettings", "advertised", "monotonic_ms"]
+__all__ = [
+    "Agent",
+    "AgentBase",
+    "AgentSettings",
+    "advertised",
+    "describe_resources",
+    "monotonic_ms",
+]

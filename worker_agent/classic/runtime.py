@@ -26,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from connect_protocol import classic_wire
 from connect_protocol.errors import ErrorCode
+from connect_protocol.resources import ResourceSet
 
 from ..listener import WorkerRebalanceListener
 from ..membership import FindCoordinator, StartWork, StopWork
 from ..metrics import AgentMetrics
-from ..runtime import AgentBase, AgentSettings, monotonic_ms
+from ..runtime import AgentBase, AgentSettings, describe_resources, monotonic_ms
 from ..status import StatusServer
 from ..transport import Transport, TransportError
 from .membership import (
@@ -82,6 +83,8 @@ class ClassicAgent(AgentBase):
     (`member_id`)."""
 
     machine: ClassicMembership
+    #: A fatal error's STOPPING ends in LEFT by itself (the classic machine's `leave` keeps it).
+    _NOT_LEAVING_FROM = frozenset({"LEAVING", "LEFT", "STOPPING"})
 
     def __init__(
         self,
@@ -118,7 +121,9 @@ class ClassicAgent(AgentBase):
         )
 
     def _shutdown(self) -> None:
-        self._calls.shutdown(wait=True, cancel_futures=True)
+        # Not waited for: a JoinGroup may be held at the coordinator for the rebalance timeout;
+        # closing the transport next cancels it, and its report finds the machine LEFT.
+        self._calls.shutdown(wait=False, cancel_futures=True)
 
     def _fence_marker(self) -> tuple[int, int]:
         return self.machine.self_fences, self.machine.unreachable_revokes
@@ -199,10 +204,12 @@ class ClassicAgent(AgentBase):
         finally:
             self._wake.set()
 
-    def _on_synced(self, before: object, after: object, generation: int) -> None:
+    def _on_synced(
+        self, before: ResourceSet | None, after: ResourceSet | None, generation: int
+    ) -> None:
         """A SyncGroup answered NONE: log the assignment, show it on the status endpoint."""
         if after != before and after is not None:
-            log.info("assignment at generation %d: %s", generation, after)
+            log.info("assignment at generation %d: %s", generation, describe_resources(after))
         self._update_status()
 
     def _heartbeat(self, action: SendClassicHeartbeat) -> None:

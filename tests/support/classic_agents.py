@@ -1,0 +1,424 @@
+"""In-process classic workers for tests and benchmarks (DESIGN 3.19, "Connect today"): real
+`ClassicAgent`s on threads, talking gRPC to a real coordinator on 127.0.0.1, each with a
+recording listener, and what the tests conclude from the records.
+
+- `KillableTransport`: the agent's real transport, which also logs every classic answer with its
+  time (`answers`), and which `kill()` (or a `kill_when` predicate on an answer) turns into a dead
+  worker: every later call fails UNAVAILABLE at once, as for a SIGKILLed process. The answer that
+  triggers `kill_when` is never seen by the agent.
+- `ClassicFleet`: a group, its workers (labels W1, W2, ...; member ids come from the
+  coordinator), start / leave (graceful: revoke, then LeaveGroup) / kill, the admin calls, and
+  `wait_stable`. A worker's records end at its kill (`tests.support.agents.intervals_of`'s
+  `killed_at`): what it would have run afterwards died with it.
+- Every fleet ends with `check_no_overlap(fleet.intervals())` (no resource on two workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from connect.group.v1 import admin_pb2
+
+from connect_protocol import classic_wire
+from connect_protocol.classic_messages import JoinGroupResponse, SyncGroupResponse
+from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
+from connect_protocol.tls import ClientTls
+from tests.support.agents import (
+    HookRecord,
+    Interval,
+    catalogue_resources,
+    check_no_overlap,
+    intervals_of,
+    wait_for,
+)
+from tests.support.client import describe
+from tests.support.coordinator import Stubs
+from worker_agent.classic.membership import ClassicPhase
+from worker_agent.classic.runtime import ClassicAgent
+from worker_agent.listener import CallbackListener, RebalanceEvent
+from worker_agent.runtime import AgentSettings
+from worker_agent.transport import Transport, TransportError
+
+__all__ = [
+    "Answer",
+    "ClassicFleet",
+    "ClassicWorker",
+    "KillableTransport",
+    "check_no_overlap",
+]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A classic answer the transport received (before the agent saw it)."""
+
+    at: float  # time.monotonic()
+    kind: str  # "join" | "sync"
+    message: JoinGroupResponse | SyncGroupResponse
+
+
+class KillableTransport(Transport):
+    """`Transport` that logs classic answers and can die (see the module docstring). Built from
+    the same arguments as `Transport`, or from one (`KillableTransport(inner)`: the inner one's
+    addresses and settings; it is closed)."""
+
+    def __init__(
+        self,
+        addresses: Transport | Sequence[str],
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls: ClientTls | None = None,
+        allow_plaintext: bool = False,
+    ) -> None:
+        if isinstance(addresses, Transport):
+            inner = addresses
+            addresses = inner._addresses
+            max_message_bytes = inner._max_message_bytes
+            tls, allow_plaintext = inner._tls, inner._allow_plaintext
+            inner.close()
+        super().__init__(addresses, max_message_bytes, tls, allow_plaintext)
+        self.answers: list[Answer] = []
+        self.killed_at: float | None = None
+        self._kill_when: Callable[[Answer], bool] | None = None
+        self._guard = threading.Lock()
+
+    def kill(self) -> float:
+        """From now on every call fails at once. Returns the kill time (time.monotonic())."""
+        with self._guard:
+            if self.killed_at is None:
+                self.killed_at = time.monotonic()
+            return self.killed_at
+
+    def kill_when(self, predicate: Callable[[Answer], bool]) -> None:
+        """Die on receiving the first answer for which `predicate` holds (the agent never sees
+        it)."""
+        self._kill_when = predicate
+
+    @property
+    def dead(self) -> bool:
+        return self.killed_at is not None
+
+    def _dead_error(self, rpc: str) -> TransportError:
+        return TransportError(rpc, grpc.StatusCode.UNAVAILABLE, "the worker was killed")
+
+    def _call(
+        self, rpc: str, method: Callable[[Any], Callable[..., Any]], request: Any, timeout_s: float
+    ) -> Any:
+        if self.dead:
+            raise self._dead_error(rpc)
+        answer = super()._call(rpc, method, request, timeout_s)
+        decoded: JoinGroupResponse | SyncGroupResponse | None = None
+        if rpc == "JoinGroup":
+            decoded = classic_wire.join_response_from_wire(answer)
+            kind = "join"
+        elif rpc == "SyncGroup":
+            decoded = classic_wire.sync_response_from_wire(answer)
+            kind = "sync"
+        if decoded is not None:
+            seen = Answer(time.monotonic(), kind, decoded)
+            with self._guard:
+                self.answers.append(seen)
+            predicate = self._kill_when
+            if predicate is not None and predicate(seen):
+                self.kill()
+        if self.dead:
+            raise self._dead_error(rpc)
+        return answer
+
+    def find_coordinator(
+        self, group_id: str, reason: str, timeout_s: Callable[[], float]
+    ) -> str | None:
+        if self.dead:
+            return None
+        return super().find_coordinator(group_id, reason, timeout_s)
+
+    def sync_answers(self) -> list[SyncGroupResponse]:
+        with self._guard:
+            return [a.message for a in self.answers if isinstance(a.message, SyncGroupResponse)]
+
+    def join_answers(self) -> list[JoinGroupResponse]:
+        with self._guard:
+            return [a.message for a in self.answers if isinstance(a.message, JoinGroupResponse)]
+
+
+def _names(event: RebalanceEvent) -> frozenset[str]:
+    return frozenset(event.connectors) | {str(t) for t in event.tasks}
+
+
+@dataclass
+class ClassicWorker:
+    """One incarnation of a worker: its agent, thread, transport and listener records."""
+
+    label: str
+    incarnation: str
+    agent: ClassicAgent
+    transport: KillableTransport
+    thread: threading.Thread
+    records: list[HookRecord] = field(default_factory=list)
+    #: Per-event extra time the listener takes (revoked, assigned), in seconds.
+    slow: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def member_id(self) -> str:
+        return self.agent.member_id
+
+    @property
+    def killed_at(self) -> float | None:
+        return self.transport.killed_at
+
+    def running(self) -> set[str]:
+        return set(self.agent.running.names())
+
+    def settled(self) -> bool:
+        """STABLE, nothing pending, running exactly what it was assigned."""
+        m = self.agent.machine
+        with self.agent._lock:
+            return (
+                m.phase is ClassicPhase.STABLE
+                and not m.rebalancing
+                and m.scheduled_rebalance_ms is None
+                and m.snapshot is not None
+                and m.running == m.snapshot
+            )
+
+    def intervals(self) -> tuple[list[Interval], list[str]]:
+        return intervals_of(list(self.records), self.incarnation, self.label, self.killed_at)
+
+
+class ClassicFleet:
+    """A classic group on one coordinator and its in-process workers."""
+
+    def __init__(
+        self,
+        coordinator: str,
+        group: str,
+        *,
+        protocol: str = "sessioned",
+        session_timeout_ms: int = 1_000,
+        heartbeat_interval_ms: int = 100,
+        rebalance_timeout_ms: int = 2_000,
+        rpc_timeout_s: float = 5.0,
+    ) -> None:
+        self.coordinator = coordinator
+        self.group = group
+        self.protocol = protocol
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.rpc_timeout_s = rpc_timeout_s
+        self.stubs = Stubs(coordinator)
+        self.workers: list[ClassicWorker] = []  # every incarnation, in start order
+        self._seq = itertools.count(1)
+        self.t0 = time.monotonic()
+
+    def close(self) -> None:
+        """Stop every worker still running (revoke, then leave; killed if it takes long)."""
+        for w in self.workers:
+            w.agent.stop()
+        for w in self.workers:
+            w.thread.join(3)
+        for w in self.workers:
+            if w.thread.is_alive():
+                w.transport.kill()
+                w.agent.abandon()
+                w.thread.join(10)
+        self.stubs.close()
+
+    def __enter__(self) -> ClassicFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- workers -----------------------------------------------------------------------------
+
+    def start(self, label: str, **overrides: Any) -> ClassicWorker:
+        """Start a new incarnation of worker `label` (a new member: classic has no static
+        membership). `overrides`: AgentSettings fields (e.g. protocol)."""
+        incarnation = f"{label}#{next(self._seq)}"
+        settings = AgentSettings(
+            group_id=self.group,
+            member_id=label,
+            coordinators=(self.coordinator,),
+            assignors=(),
+            group_protocol="classic",
+            protocol=overrides.pop("protocol", self.protocol),
+            session_timeout_ms=overrides.pop("session_timeout_ms", self.session_timeout_ms),
+            heartbeat_interval_ms=overrides.pop(
+                "heartbeat_interval_ms", self.heartbeat_interval_ms
+            ),
+            rebalance_timeout_ms=overrides.pop("rebalance_timeout_ms", self.rebalance_timeout_ms),
+            rpc_timeout_s=self.rpc_timeout_s,
+            url=f"http://{label.lower()}:8083",
+            listener_initial_backoff_s=0.02,
+            leave_timeout_s=2.0,
+            **overrides,
+        )
+        transport = KillableTransport((self.coordinator,), settings.max_message_bytes)
+        holder: dict[str, ClassicWorker] = {}
+
+        def record(kind: str) -> Callable[[RebalanceEvent], None]:
+            def call(event: RebalanceEvent) -> None:
+                worker = holder["w"]
+                t_start = time.monotonic()
+                extra = worker.slow.get(kind, 0.0)
+                if extra:
+                    time.sleep(extra)
+                worker.records.append(
+                    HookRecord(
+                        worker=label,
+                        event=kind,
+                        member_epoch=event.member_epoch,
+                        resources=_names(event),
+                        t_start=t_start,
+                        t_end=time.monotonic(),
+                        incarnation=incarnation,
+                    )
+                )
+
+            return call
+
+        listener = CallbackListener(on_revoked=record("revoked"), on_assigned=record("assigned"))
+        agent = ClassicAgent(settings, listener, transport=transport)
+        thread = threading.Thread(target=agent.run, name=f"classic-{incarnation}", daemon=True)
+        worker = ClassicWorker(label, incarnation, agent, transport, thread)
+        holder["w"] = worker
+        self.workers.append(worker)
+        thread.start()
+        return worker
+
+    def live(self) -> list[ClassicWorker]:
+        return [w for w in self.workers if not w.agent.left and not w.transport.dead]
+
+    def worker(self, label: str) -> ClassicWorker:
+        """The latest incarnation of `label`."""
+        return [w for w in self.workers if w.label == label][-1]
+
+    def leave(self, worker: ClassicWorker, timeout_s: float = 10.0) -> None:
+        """Graceful stop: revoke everything, then LeaveGroup (a worker's SIGTERM)."""
+        assert worker.agent.leave(timeout_s), f"{worker.incarnation} did not leave in time"
+        worker.thread.join(timeout_s)
+
+    def kill(self, worker: ClassicWorker) -> float:
+        """SIGKILL: no revocation, no leave; its records end now."""
+        at = worker.transport.kill()
+        worker.agent.abandon()
+        return at
+
+    # --- admin -------------------------------------------------------------------------------
+
+    def put_connector(self, name: str, tasks: int) -> None:
+        resp = self.stubs.admin.PutConnector(
+            admin_pb2.PutConnectorRequest(group_id=self.group, connector=name, task_count=tasks),
+            timeout=10,
+        )
+        assert resp.error_code == 0, resp
+
+    def alter_configs(self, configs: Mapping[str, int | str]) -> None:
+        resp = self.stubs.admin.AlterGroupConfigs(
+            admin_pb2.AlterGroupConfigsRequest(
+                group_id=self.group, set={k: str(v) for k, v in configs.items()}
+            ),
+            timeout=10,
+        )
+        assert resp.error_code == 0, resp
+
+    def describe(self) -> Any:
+        group = describe(self.stubs, self.group)
+        assert group.error_code == 0, group
+        return group
+
+    def leader_id(self) -> str:
+        return str(self.describe().classic.leader_id)
+
+    def by_member_id(self, member_id: str) -> ClassicWorker:
+        return next(w for w in self.live() if w.member_id == member_id)
+
+    # --- checks ------------------------------------------------------------------------------
+
+    def intervals(self) -> list[Interval]:
+        out: list[Interval] = []
+        problems: list[str] = []
+        for w in self.workers:
+            got, bad = w.intervals()
+            out += got
+            problems += bad
+        assert not problems, "inconsistent listener records:\n" + "\n".join(problems)
+        return out
+
+    def assert_no_overlap(self) -> None:
+        problems = check_no_overlap(self.intervals())
+        assert not problems, "a resource ran on two workers at once:\n" + "\n".join(problems)
+
+    def catalogue(self, group: Any | None = None) -> set[str]:
+        return catalogue_resources(group if group is not None else self.describe())
+
+    def stable(self) -> Any | None:
+        """DescribeGroups if the group is quiet: classic STABLE, every live worker synced and
+        settled, nothing pending revocation, every catalogue resource run by exactly one live
+        worker, as DescribeGroups says; else None."""
+        group = self.describe()
+        if group.classic.state != "STABLE":
+            return None
+        live = self.live()
+        if not live or not all(w.settled() for w in live):
+            return None
+        members = {m.member_id: m for m in group.members}
+        if set(members) != {w.member_id for w in live}:
+            return None
+        held: dict[str, str] = {}
+        for w in live:
+            m = members[w.member_id]
+            pending = m.pending_revocation
+            if not m.classic.synced or pending.connectors or pending.tasks:
+                return None
+            current = set(m.current_assignment.connectors) | {
+                f"{t.connector}-{t.task}" for t in m.current_assignment.tasks
+            }
+            if current != w.running():
+                return None
+            for r in current:
+                if r in held:
+                    return None
+                held[r] = w.label
+        if set(held) != self.catalogue(group):
+            return None
+        return group
+
+    def wait_stable(self, timeout_s: float = 15.0) -> Any:
+        return wait_for(
+            f"group {self.group} stable", self.stable, timeout_s, diagnostics=self.diagnostics
+        )
+
+    def shares(self) -> dict[str, set[str]]:
+        """label -> what its live incarnation runs."""
+        return {w.label: w.running() for w in self.live()}
+
+    def diagnostics(self) -> str:
+        lines = []
+        with contextlib.suppress(Exception):
+            g = self.describe()
+            lines.append(
+                f"classic {g.classic.state} gen {g.classic.generation_id} "
+                f"leader {g.classic.leader_id} protocol {g.classic.protocol_name}"
+            )
+            for m in g.members:
+                lines.append(
+                    f"  {m.member_id}: synced={m.classic.synced} "
+                    f"current={list(m.current_assignment.connectors)}"
+                    f"+{[f'{t.connector}-{t.task}' for t in m.current_assignment.tasks]}"
+                )
+        for w in self.workers:
+            m = w.agent.machine
+            lines.append(
+                f"{w.incarnation} ({w.member_id or '-'}): {m.phase.value} gen {m.generation} "
+                f"running {sorted(w.running())} dead={w.transport.dead} left={w.agent.left}"
+            )
+        return "\n".join(lines)
+
