@@ -151,7 +151,7 @@ def _names(event: RebalanceEvent) -> frozenset[str]:
     return frozenset(event.connectors) | {str(t) for t in event.tasks}
 
 
-@dataclass
+@dataclass(eq=False)
 class ClassicWorker:
     """One incarnation of a worker: its agent, thread, transport and listener records."""
 
@@ -421,4 +421,3 @@ class ClassicFleet:
                 f"running {sorted(w.running())} dead={w.transport.dead} left={w.agent.left}"
             )
         return "\n".join(lines)
-
