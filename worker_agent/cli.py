@@ -2,6 +2,14 @@
 
 Every flag has an environment variable (WORKER_AGENT_...), so the agent is configured the same way
 from a shell, a systemd unit or a Kubernetes pod spec.
+
+`--group-protocol` chooses what the agent speaks (Kafka's `group.protocol`, DESIGN 2.2): `connect`
+(the coordinator's ConnectGroupHeartbeat, `runtime.Agent`) or `classic` (Kafka's JoinGroup,
+SyncGroup, Heartbeat and LeaveGroup, as a Kafka Connect worker does today, DESIGN 3.19:
+`classic.runtime.ClassicAgent`, imported only when asked for). Both take the same listener, status
+endpoint and metrics. What one protocol cannot honour is refused at start, before any connection
+(exit 2): static membership and a chosen member id on classic, the session timeout and the
+heartbeat interval on connect (where the coordinator sends both).
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Protocol, TypeVar
 
 from connect_protocol import logs
 from connect_protocol.env import env_default
@@ -59,9 +68,34 @@ log = logging.getLogger("worker_agent")
 
 T = TypeVar("T")
 
+#: `--group-protocol` (Kafka's `group.protocol`): the coordinator's own, or Kafka's classic one.
+GROUP_PROTOCOLS = ("classic", "connect")
+#: Kafka Connect's `session.timeout.ms` and `heartbeat.interval.ms` defaults (classic only).
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
+
 
 def _env(name: str, default: T) -> str | T:
     return env_default(f"WORKER_AGENT_{name}", default)
+
+
+def _positive_ms(env_name: str) -> Callable[[str], int]:
+    """An argparse `type`: a positive whole number of milliseconds, else a message naming the
+    flag's environment variable too (the value may have come from there)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(
+                f"must be a positive whole number of milliseconds, not {text!r} "
+                f"(from the flag or WORKER_AGENT_{env_name})"
+            )
+        return value
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,7 +110,14 @@ def _parser() -> argparse.ArgumentParser:
         help="join a group and follow its assignments until SIGTERM",
         description="Join a group and follow its assignments. SIGTERM or SIGINT: stop all work "
         "(through the listener), then leave the group; a second signal gives up at once. Every "
-        "flag can also be set by the environment variable in parentheses.",
+        "flag can also be set by the environment variable in parentheses. Two group protocols "
+        "(--group-protocol): connect, the coordinator's own (the default: one heartbeat call "
+        "carries membership and assignments, the coordinator sends the session timeout and the "
+        "heartbeat interval; static membership with --instance-id), and classic, Kafka's JoinGroup/SyncGroup protocol as a "
+        "Kafka Connect worker speaks it today (the leader worker runs Connect's assignors; the "
+        "coordinator makes the member id; no static membership; --session-timeout-ms and "
+        "--heartbeat-interval-ms are this worker's own). The listener, the status endpoint and "
+        "the metrics are the same in both.",
     )
     run.add_argument(
         "--coordinator",
@@ -89,18 +130,31 @@ def _parser() -> argparse.ArgumentParser:
         "--group", default=_env("GROUP", "connect-cluster"), help="group id (WORKER_AGENT_GROUP)"
     )
     run.add_argument(
+        "--group-protocol",
+        choices=GROUP_PROTOCOLS,
+        default=_env("GROUP_PROTOCOL", "connect"),
+        help="the group protocol, Kafka's group.protocol (WORKER_AGENT_GROUP_PROTOCOL; default "
+        "connect). connect: the coordinator's protocol (ConnectGroupHeartbeat, DESIGN 2.1). "
+        "classic: Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup, as a Kafka Connect "
+        "worker speaks them today (DESIGN 3.19); refused with --instance-id or --member-id; "
+        "takes --session-timeout-ms and --heartbeat-interval-ms",
+    )
+    run.add_argument(
         "--member-id",
         default=_env("MEMBER_ID", None),
-        help="this process's member id (WORKER_AGENT_MEMBER_ID). Default: a fresh random id "
-        "per process start (host name + random suffix), as DESIGN 3.2 asks: an explicit id "
-        "must belong to one running process only, for two processes under one id both run "
-        "the same work. The identity that survives restarts is --instance-id.",
+        help="this process's member id, connect protocol only (WORKER_AGENT_MEMBER_ID). "
+        "Default: a fresh random id per process start (host name + random suffix), as DESIGN "
+        "3.2 asks: an explicit id must belong to one running process only, for two processes "
+        "under one id both run the same work. The identity that survives restarts is "
+        "--instance-id. Refused with --group-protocol classic, whose member ids the "
+        "coordinator makes (KIP-394)",
     )
     run.add_argument(
         "--instance-id",
         default=_env("INSTANCE_ID", None),
         help="static instance id, e.g. a StatefulSet pod name: a restart under it moves "
-        "nothing (WORKER_AGENT_INSTANCE_ID)",
+        "nothing (WORKER_AGENT_INSTANCE_ID). Connect protocol only: refused with "
+        "--group-protocol classic, which has no static membership (DESIGN 3.19)",
     )
     run.add_argument(
         "--url", default=_env("URL", None), help="the worker's REST URL (WORKER_AGENT_URL)"
@@ -109,15 +163,39 @@ def _parser() -> argparse.ArgumentParser:
         "--protocol",
         choices=PROTOCOLS,
         default=_env("PROTOCOL", "sessioned"),
-        help="connect.protocol: eager (stop-the-world), compatible or sessioned (incremental "
-        "cooperative) (WORKER_AGENT_PROTOCOL; default sessioned)",
+        help="Kafka Connect's connect.protocol, on either group protocol: eager "
+        "(stop-the-world), compatible or sessioned (incremental cooperative) "
+        "(WORKER_AGENT_PROTOCOL; default sessioned). connect: the assignors advertised (eager: "
+        "eager; compatible, sessioned: incremental_cooperative then eager). classic: the "
+        "JoinGroup protocols offered (eager: default; compatible: compatible, default; "
+        "sessioned: sessioned, compatible, default)",
     )
     run.add_argument(
         "--rebalance-timeout-ms",
         type=int,
         default=_env("REBALANCE_TIMEOUT_MS", 60_000),
         help="how long the coordinator waits for this worker to give work up or to compute an "
-        "assignment (WORKER_AGENT_REBALANCE_TIMEOUT_MS; default 60000)",
+        "assignment, on either group protocol (WORKER_AGENT_REBALANCE_TIMEOUT_MS; default 60000)",
+    )
+    # Default None (not the number), so that giving either with the connect protocol is refused.
+    run.add_argument(
+        "--session-timeout-ms",
+        type=_positive_ms("SESSION_TIMEOUT_MS"),
+        default=_env("SESSION_TIMEOUT_MS", None),
+        help="classic only: Kafka's session.timeout.ms, sent in every JoinGroup; the coordinator "
+        "removes the worker after this long without a heartbeat, and the agent stops its work "
+        "itself just before. Must lie within the coordinator's --classic-min-session-timeout-ms "
+        "and --classic-max-session-timeout-ms, or the JoinGroup is refused and the agent exits "
+        f"(WORKER_AGENT_SESSION_TIMEOUT_MS; default {DEFAULT_SESSION_TIMEOUT_MS}, Connect's). On "
+        "the connect protocol the coordinator sends it, and the flag is refused",
+    )
+    run.add_argument(
+        "--heartbeat-interval-ms",
+        type=_positive_ms("HEARTBEAT_INTERVAL_MS"),
+        default=_env("HEARTBEAT_INTERVAL_MS", None),
+        help="classic only: Kafka's heartbeat.interval.ms, below the session timeout "
+        f"(WORKER_AGENT_HEARTBEAT_INTERVAL_MS; default {DEFAULT_HEARTBEAT_INTERVAL_MS}, "
+        "Connect's). On the connect protocol the coordinator sends it, and the flag is refused",
     )
     run.add_argument(
         "--exec-hook",
@@ -259,6 +337,66 @@ def build_listener(args: argparse.Namespace) -> WorkerRebalanceListener:
     return listeners[0] if len(listeners) == 1 else CompositeListener(listeners)
 
 
+class RunningAgent(Protocol):
+    """What `run` needs of an agent: `runtime.Agent` (connect) and
+    `classic.runtime.ClassicAgent` (classic) both offer it."""
+
+    def run(self) -> None: ...
+    def stop(self) -> None: ...
+    def abandon(self) -> None: ...
+    def leave(self, timeout_s: float) -> bool: ...
+    @property
+    def phase(self) -> Enum: ...
+    @property
+    def fatal(self) -> str | None: ...
+    @property
+    def running(self) -> ResourceSet: ...
+
+
+def group_protocol_problem(args: argparse.Namespace) -> str | None:
+    """Why these settings cannot run on the group protocol asked for (None: they can). Checked
+    before anything connects; the flags' values may come from their environment variables."""
+    if args.group_protocol == "classic":
+        if args.instance_id:
+            return (
+                "--instance-id (WORKER_AGENT_INSTANCE_ID) cannot be used with --group-protocol "
+                "classic: static membership is offered on the connect protocol only (DESIGN "
+                "3.19, 3.14); Kafka Connect's classic protocol has none and the coordinator "
+                "refuses group_instance_id on classic calls. Remove --instance-id, or use "
+                "--group-protocol connect."
+            )
+        if args.member_id is not None:
+            return (
+                "--member-id (WORKER_AGENT_MEMBER_ID) cannot be used with --group-protocol "
+                "classic: classic member ids are made by the coordinator (a JoinGroup without "
+                "one is answered MEMBER_ID_REQUIRED with one, KIP-394); remove --member-id."
+            )
+        session = args.session_timeout_ms or DEFAULT_SESSION_TIMEOUT_MS
+        heartbeat = args.heartbeat_interval_ms or DEFAULT_HEARTBEAT_INTERVAL_MS
+        if heartbeat >= session:
+            given = "" if args.session_timeout_ms is not None else ", the default"
+            return (
+                f"--heartbeat-interval-ms (WORKER_AGENT_HEARTBEAT_INTERVAL_MS) must be below "
+                f"--session-timeout-ms (WORKER_AGENT_SESSION_TIMEOUT_MS): {heartbeat} is not "
+                f"below {session}{given}"
+            )
+        return None
+    for flag, value in (
+        ("--session-timeout-ms (WORKER_AGENT_SESSION_TIMEOUT_MS)", args.session_timeout_ms),
+        (
+            "--heartbeat-interval-ms (WORKER_AGENT_HEARTBEAT_INTERVAL_MS)",
+            args.heartbeat_interval_ms,
+        ),
+    ):
+        if value is not None:
+            return (
+                f"{flag} applies to --group-protocol classic only: on the connect protocol the "
+                "coordinator sends both the session timeout and the heartbeat interval (DESIGN "
+                "2.1). Remove it, or use --group-protocol classic."
+            )
+    return None
+
+
 def random_member_id() -> str:
     """A member id of this process alone (DESIGN 3.2): the host name, for operators reading
     logs, and 48 random bits, fresh at every start."""
@@ -271,7 +409,29 @@ def run(args: argparse.Namespace) -> int:
     if not coordinators:
         print("worker-agent: --coordinator is empty", file=sys.stderr)
         return 2
+    # From the environment: argparse checks only the flags' values against `choices`.
+    if args.group_protocol not in GROUP_PROTOCOLS:
+        print(
+            f"worker-agent: --group-protocol (WORKER_AGENT_GROUP_PROTOCOL) must be one of "
+            f"{GROUP_PROTOCOLS}, not {args.group_protocol!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.protocol not in PROTOCOLS:
+        print(
+            f"worker-agent: --protocol (WORKER_AGENT_PROTOCOL) must be one of {PROTOCOLS}, "
+            f"not {args.protocol!r}",
+            file=sys.stderr,
+        )
+        return 2
+    problem = group_protocol_problem(args)
+    if problem is not None:
+        print(f"worker-agent: {problem}", file=sys.stderr)
+        return 2
+    classic = args.group_protocol == "classic"
     if args.member_id is None:
+        # Classic: only a label for the logs and the status endpoint until the coordinator has
+        # made the member's id (the classic runtime reports that one).
         args.member_id = random_member_id()
     elif not args.member_id:
         print("worker-agent: --member-id must not be empty", file=sys.stderr)
@@ -339,8 +499,34 @@ def run(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
         tls=tls,
         allow_plaintext=args.allow_plaintext,
+        group_protocol=args.group_protocol,
+        protocol=args.protocol,
+        session_timeout_ms=args.session_timeout_ms or DEFAULT_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=args.heartbeat_interval_ms or DEFAULT_HEARTBEAT_INTERVAL_MS,
     )
-    agent = Agent(settings, build_listener(args), status, metrics=metrics)
+    agent: RunningAgent
+    if classic:
+        # Imported only here: a connect agent never loads the classic machine.
+        from .classic.runtime import ClassicAgent  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        log.info(
+            "group protocol classic (Kafka's JoinGroup/SyncGroup, as Kafka Connect), "
+            "connect.protocol %s, session timeout %d ms, heartbeat interval %d ms, "
+            "rebalance timeout %d ms",
+            settings.protocol,
+            settings.session_timeout_ms,
+            settings.heartbeat_interval_ms,
+            settings.rebalance_timeout_ms,
+        )
+        agent = ClassicAgent(settings, build_listener(args), status, metrics=metrics)
+    else:
+        log.info(
+            "group protocol connect (the coordinator's ConnectGroupHeartbeat), "
+            "connect.protocol %s, rebalance timeout %d ms",
+            settings.protocol,
+            settings.rebalance_timeout_ms,
+        )
+        agent = Agent(settings, build_listener(args), status, metrics=metrics)
     signals = 0
     signalled = threading.Event()
     asked_to_leave = threading.Event()
