@@ -113,11 +113,11 @@ def _parser() -> argparse.ArgumentParser:
         "flag can also be set by the environment variable in parentheses. Two group protocols "
         "(--group-protocol): connect, the coordinator's own (the default: one heartbeat call "
         "carries membership and assignments, the coordinator sends the session timeout and the "
-        "heartbeat interval; static membership with --instance-id), and classic, Kafka's JoinGroup/SyncGroup protocol as a "
-        "Kafka Connect worker speaks it today (the leader worker runs Connect's assignors; the "
-        "coordinator makes the member id; no static membership; --session-timeout-ms and "
-        "--heartbeat-interval-ms are this worker's own). The listener, the status endpoint and "
-        "the metrics are the same in both.",
+        "heartbeat interval; static membership with --instance-id), and classic, Kafka's "
+        "JoinGroup/SyncGroup protocol as a Kafka Connect worker speaks it today (the leader "
+        "worker runs Connect's assignors; the coordinator makes the member id; no static "
+        "membership; --session-timeout-ms and --heartbeat-interval-ms are this worker's own). "
+        "The listener, the status endpoint and the metrics are the same in both.",
     )
     run.add_argument(
         "--coordinator",
@@ -430,8 +430,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     classic = args.group_protocol == "classic"
     if args.member_id is None:
-        # Classic: only a label for the logs and the status endpoint until the coordinator has
-        # made the member's id (the classic runtime reports that one).
+        # Classic: only a label for the logs until the coordinator has made the member's id.
         args.member_id = random_member_id()
     elif not args.member_id:
         print("worker-agent: --member-id must not be empty", file=sys.stderr)
@@ -481,8 +480,14 @@ def run(args: argparse.Namespace) -> int:
         metrics_server.start()
         log.info("metrics on http://%s:%d/metrics", args.metrics_host, metrics_server.port)
     if args.status_port is not None:
+        # Classic: no member id until the coordinator has made one (the classic runtime reports
+        # it). Not the label: a worker beside the agent (examples/sample_worker.py) reads a
+        # change of member id as a new agent process and stops everything it runs.
         status = StatusServer(
-            args.group, args.member_id, host=args.status_host, port=int(args.status_port)
+            args.group,
+            "" if classic else args.member_id,
+            host=args.status_host,
+            port=int(args.status_port),
         )
         status.start()
         log.info("status endpoint on http://%s:%d/", args.status_host, status.port)

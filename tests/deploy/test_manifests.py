@@ -8,6 +8,7 @@ test_tls_manifests.py."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import tomllib
 from functools import cache
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
@@ -28,6 +30,7 @@ from tests.deploy.conftest import (
     PROD_WITH_MONITORING,
     PROD_WITH_WORKERS,
     PROD_WITH_WORKERS_TLS,
+    render_combination,
 )
 from tests.deploy.k8s import (
     K8S,
@@ -46,6 +49,7 @@ from tests.deploy.k8s import (
     render,
     secret_data,
 )
+from worker_agent import cli as agent_cli
 
 OVERLAYS = overlay_names()
 # Every overlay, plus prod with the sample worker component added the way README says, with the
@@ -95,11 +99,14 @@ def test_the_readme_names_the_kubernetes_versions_validated_here() -> None:
 def test_every_object_validates_offline_against_the_kubernetes_schemas(
     rendered: dict[str, Rendered], overlay: str, version: str | None, tmp_path: Path
 ) -> None:
-    r = rendered[overlay]
+    _validate_offline(rendered[overlay], version, tmp_path)
+
+
+def _validate_offline(r: Rendered, version: str | None, tmp_path: Path) -> None:
     # Custom resources have no schema here: test_tls_manifests.py checks cert-manager's,
     # test_monitoring.py the Prometheus Operator's. Everything else must have one.
     checked = [o for o in r.objects if not is_custom_resource(o)]
-    path = tmp_path / f"{overlay}.yaml"
+    path = tmp_path / f"{r.name}.yaml"
     path.write_text(yaml.safe_dump_all(checked, sort_keys=False))
     tool = BIN / "kubernetes-validate"
     assert tool.exists(), f"{tool} missing: `pip install -e '.[dev]'` installs kubernetes-validate"
@@ -553,7 +560,10 @@ def test_secret_and_configmap_keys_used_exist(rendered: dict[str, Rendered], ove
     """Secrets the overlay renders must hold the keys used; one it leaves to the operator must be
     the example Secret (deploy/k8s/examples), which holds them; one a cert-manager Certificate
     of the overlay creates holds what cert-manager writes."""
-    r = rendered[overlay]
+    _check_keys_used_exist(rendered[overlay])
+
+
+def _check_keys_used_exist(r: Rendered) -> None:
     example = load_example_secret()
     used = 0
     for template in r.pod_templates():
@@ -697,6 +707,12 @@ def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_gra
     # to the agent, a fresh random one per process (DESIGN 3.2: one id, one process).
     assert "WORKER_AGENT_MEMBER_ID" not in env
     assert env["WORKER_AGENT_INSTANCE_ID"] == "connect-worker-2"
+    # The coordinator's connect protocol, said explicitly (../classic-protocol switches it); its
+    # session timeout and heartbeat interval come from the coordinator, never from the pod.
+    assert env["WORKER_AGENT_GROUP_PROTOCOL"] == "connect"
+    assert "WORKER_AGENT_SESSION_TIMEOUT_MS" not in env
+    assert "WORKER_AGENT_HEARTBEAT_INTERVAL_MS" not in env
+    _agent_accepts(env)
     # Readiness: the agent's /ready, on the port its status endpoint listens on, reachable by
     # the kubelet (not only on the loopback). The worker starts once the endpoint answers.
     probe = agent["readinessProbe"]["httpGet"]
@@ -753,6 +769,99 @@ def test_worker_pods_use_static_membership_agent_readiness_and_a_long_enough_gra
     assert template.owner["spec"]["updateStrategy"]["type"] == "RollingUpdate"
 
 
+def _agent_accepts(env: dict[str, str]) -> None:
+    """`worker-agent run` in this environment refuses nothing at start (what it checks before
+    connecting: the group protocol and what that protocol cannot take)."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_AGENT_")}
+    given = {k: v for k, v in env.items() if k.startswith("WORKER_AGENT_")}
+    with mock.patch.dict(os.environ, {**keep, **given}, clear=True):
+        args = agent_cli._parser().parse_args(["run"])
+    assert args.group_protocol in agent_cli.GROUP_PROTOCOLS, args.group_protocol
+    assert args.protocol in agent_cli.PROTOCOLS, args.protocol
+    assert agent_cli.group_protocol_problem(args) is None, agent_cli.group_protocol_problem(args)
+
+
+# --- Kafka's classic protocol for the sample workers (components/classic-protocol) ---------------
+
+# The component after sample-workers on prod (as deploy/k8s/README.md says), and on top of dev.
+PROD_WITH_CLASSIC = "prod+sample-workers+classic-protocol"
+DEV_WITH_CLASSIC = "dev+classic-protocol"
+WITH_CLASSIC = [PROD_WITH_CLASSIC, DEV_WITH_CLASSIC]
+CLASSIC_COMPONENT = K8S / "components" / "classic-protocol"
+
+
+@pytest.fixture(scope="module")
+def classic(
+    rendered: dict[str, Rendered], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Rendered]:
+    """The renderings with the classic-protocol component, written as temporary overlays."""
+    [prod_ns] = {o["metadata"]["name"] for o in rendered["prod"].all("Namespace")}
+    [dev_ns] = {o["metadata"]["name"] for o in rendered["dev"].all("Namespace")}
+    out = {}
+    for name, namespace, resources, components in (
+        (
+            PROD_WITH_CLASSIC,
+            prod_ns,
+            ["overlays/prod"],
+            ["components/sample-workers", "components/classic-protocol"],
+        ),
+        (DEV_WITH_CLASSIC, dev_ns, ["overlays/dev"], ["components/classic-protocol"]),
+    ):
+        folder = tmp_path_factory.mktemp(name.replace("+", "-"))
+        text, objects = render_combination(folder, namespace, resources, components)
+        out[name] = Rendered(name, text, objects, folder)
+    return out
+
+
+@pytest.mark.parametrize("overlay", WITH_CLASSIC)
+def test_the_classic_protocol_component_switches_the_agents_and_drops_static_membership(
+    classic: dict[str, Rendered], overlay: str, tmp_path: Path
+) -> None:
+    r = classic[overlay]
+    [(template, agent)] = r.pods_running(*AGENT)
+    ns = template.namespace
+    env = container_env(
+        agent, PodFacts("connect-worker-2", ns, "10.0.0.7"), r.configmaps(ns), r.secrets(ns)
+    )
+    assert env["WORKER_AGENT_GROUP_PROTOCOL"] == "classic"
+    assert env["WORKER_AGENT_PROTOCOL"] == "sessioned"  # connect.protocol, unchanged
+    # Kafka Connect's defaults, within the coordinator's bounds for a classic session.
+    session = int(env["WORKER_AGENT_SESSION_TIMEOUT_MS"])
+    heartbeat = int(env["WORKER_AGENT_HEARTBEAT_INTERVAL_MS"])
+    assert (session, heartbeat) == (10_000, 3_000)
+    [(coordinator, container)] = r.pods_running(*COORDINATOR)
+    coordinator_env = _env_without_secrets(r, container, coordinator.namespace)
+    low = int(coordinator_env.get("CLASSIC_MIN_SESSION_TIMEOUT_MS", 6_000))
+    high = int(coordinator_env.get("CLASSIC_MAX_SESSION_TIMEOUT_MS", 1_800_000))
+    assert low <= session <= high, (low, session, high)
+    # No static membership (the agent would refuse to start), no member id of the pod's, and
+    # no POD_NAME left over from the instance id.
+    assert "WORKER_AGENT_INSTANCE_ID" not in env
+    assert "WORKER_AGENT_MEMBER_ID" not in env
+    assert "POD_NAME" not in env
+    _agent_accepts(env)
+    # The rest of the pod is the sample workers' (the preStop leave, the probes, plaintext).
+    [(_same, worker)] = r.pods_running(*SAMPLE_WORKER)
+    assert worker["lifecycle"]["preStop"]["exec"]["command"][:2] == ["worker-agent", "leave"]
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert env["WORKER_AGENT_ALLOW_PLAINTEXT"] == "1"
+    _check_every_variable_is_read(r)
+    _check_keys_used_exist(r)
+    _validate_offline(r, None, tmp_path)
+
+
+def test_the_classic_protocol_component_is_documented() -> None:
+    readme = (K8S / "README.md").read_text()
+    assert "## Running Connect's classic protocol" in readme
+    assert "components/classic-protocol" in readme
+    text = (CLASSIC_COMPONENT / "kustomization.yaml").read_text()
+    assert "kind: Component" in text
+    sample = (K8S / "components" / "sample-workers" / "statefulset.yaml").read_text()
+    assert "../classic-protocol" in sample and "rebalances as Connect does" in " ".join(
+        sample.replace("#", " ").split()
+    )
+
+
 @cache
 def _help(*command: str) -> str:
     """`command --help`, run from this environment's bin directory (the image's /opt/venv/bin)."""
@@ -762,7 +871,13 @@ def _help(*command: str) -> str:
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": str(BIN), "COLUMNS": "100"},
+        # The code of this checkout first (the environment may be an editable install of
+        # another one).
+        env={
+            "PATH": str(BIN),
+            "COLUMNS": "100",
+            "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'generated'}",
+        },
     )
     assert done.returncode == 0, f"{command} --help failed: {done.stderr}"
     return done.stdout
@@ -786,7 +901,10 @@ def test_every_variable_and_flag_given_to_a_program_is_one_it_reads(
     rendered: dict[str, Rendered], overlay: str
 ) -> None:
     """A misspelt variable would be ignored silently: each one must appear in `--help`."""
-    r = rendered[overlay]
+    _check_every_variable_is_read(rendered[overlay])
+
+
+def _check_every_variable_is_read(r: Rendered) -> None:
     others = {"WORKER_AGENT_": "SAMPLE_WORKER_", "SAMPLE_WORKER_": "WORKER_AGENT_"}
     for command in (COORDINATOR, MIGRATE, AGENT, SAMPLE_WORKER, AUDIT_EXPORT):
         for template, container in r.pods_running(*command):

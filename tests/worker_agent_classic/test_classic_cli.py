@@ -46,12 +46,14 @@ class FakeAgent:
     """Stands for `Agent` and `ClassicAgent`: records what it was built with, runs nothing."""
 
     built: list[tuple[str, AgentSettings]] = []
+    status_member_ids: list[str | None] = []  # the status endpoint's member id (None: no endpoint)
     kind = "connect"
 
     def __init__(
         self, settings: AgentSettings, listener: object, status: object = None, **_: Any
     ) -> None:
         FakeAgent.built.append((self.kind, settings))
+        FakeAgent.status_member_ids.append(getattr(status, "member_id", None))
         self.phase = _Phase.LEFT
         self.fatal: str | None = None
         self.running = ResourceSet()
@@ -80,6 +82,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, AgentSett
     for name in VARIABLES:
         monkeypatch.delenv(f"WORKER_AGENT_{name}", raising=False)
     FakeAgent.built = []
+    FakeAgent.status_member_ids = []
     monkeypatch.setattr(cli, "Agent", FakeAgent)
     classic_runtime = types.ModuleType("worker_agent.classic.runtime")
     classic_runtime.ClassicAgent = FakeClassicAgent  # type: ignore[attr-defined]
@@ -266,6 +269,15 @@ def test_classic_takes_its_timeouts_from_flags_or_the_environment(
         ("classic", 1000, 100),
         ("classic", 6000, 2000),
     ]
+
+
+def test_the_status_endpoint_reports_no_member_id_until_the_coordinator_made_one() -> None:
+    """Classic: the label the agent logs under is no member id; a worker beside the agent reads a
+    change of member id as a new agent process (examples/sample_worker.py), so the endpoint says
+    "" until the classic runtime reports the coordinator's."""
+    assert cli.main([*CLASSIC, "--status-port", "0"]) == 0
+    assert cli.main([*BASE, "--status-port", "0", "--member-id", "w-1"]) == 0
+    assert FakeAgent.status_member_ids == ["", "w-1"]
 
 
 def test_help_describes_both_group_protocols(
