@@ -27,8 +27,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
-from enum import Enum
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from connect_protocol import logs
 from connect_protocol.env import env_default
@@ -55,7 +54,7 @@ from .listener import (
 )
 from .membership import RELEASE_HEARTBEAT_GAP_MS
 from .metrics import AgentMetrics, MetricsServer
-from .runtime import Agent, AgentSettings
+from .runtime import Agent, AgentBase, AgentSettings
 from .status import (
     DEFAULT_LEAVE_TIMEOUT_S,
     MAX_LEAVE_TIMEOUT_S,
@@ -337,22 +336,6 @@ def build_listener(args: argparse.Namespace) -> WorkerRebalanceListener:
     return listeners[0] if len(listeners) == 1 else CompositeListener(listeners)
 
 
-class RunningAgent(Protocol):
-    """What `run` needs of an agent: `runtime.Agent` (connect) and
-    `classic.runtime.ClassicAgent` (classic) both offer it."""
-
-    def run(self) -> None: ...
-    def stop(self) -> None: ...
-    def abandon(self) -> None: ...
-    def leave(self, timeout_s: float) -> bool: ...
-    @property
-    def phase(self) -> Enum: ...
-    @property
-    def fatal(self) -> str | None: ...
-    @property
-    def running(self) -> ResourceSet: ...
-
-
 def group_protocol_problem(args: argparse.Namespace) -> str | None:
     """Why these settings cannot run on the group protocol asked for (None: they can). Checked
     before anything connects; the flags' values may come from their environment variables."""
@@ -509,20 +492,12 @@ def run(args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms or DEFAULT_SESSION_TIMEOUT_MS,
         heartbeat_interval_ms=args.heartbeat_interval_ms or DEFAULT_HEARTBEAT_INTERVAL_MS,
     )
-    agent: RunningAgent
+    agent: AgentBase  # Agent (connect) or ClassicAgent (classic)
     if classic:
-        # Imported only here: a connect agent never loads the classic machine.
-        from .classic.runtime import ClassicAgent  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        # Imported only here: a connect agent never loads the classic machine. Its start-up line
+        # names the protocol, connect.protocol's JoinGroup protocols and the timeouts.
+        from .classic.runtime import ClassicAgent
 
-        log.info(
-            "group protocol classic (Kafka's JoinGroup/SyncGroup, as Kafka Connect), "
-            "connect.protocol %s, session timeout %d ms, heartbeat interval %d ms, "
-            "rebalance timeout %d ms",
-            settings.protocol,
-            settings.session_timeout_ms,
-            settings.heartbeat_interval_ms,
-            settings.rebalance_timeout_ms,
-        )
         agent = ClassicAgent(settings, build_listener(args), status, metrics=metrics)
     else:
         log.info(

@@ -3,7 +3,10 @@ command line refuses at start, before any connection (exit 2, the reason on stde
 settings it hands to the agent of each protocol.
 
 In process (`cli.main`), with the agents replaced by fakes that record their settings: nothing
-here connects anywhere (the coordinator address is a closed port).
+there connects anywhere (the coordinator address is a closed port). Then one real run, to prove
+the wiring end to end: `python -m worker_agent.cli run --group-protocol classic` against a
+`coordinator-svc serve` process, with the recording exec hook: it joins, runs the catalogue and,
+on SIGTERM, revokes it and leaves (scaled timeouts: session 1000 ms, heartbeat 100 ms).
 """
 
 from __future__ import annotations
@@ -12,11 +15,15 @@ import sys
 import types
 from collections.abc import Iterator
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from connect_protocol.resources import ResourceSet
+from tests.support.agents import AgentProcess, wait_for
+from tests.support.client import describe, put_connector
+from tests.support.coordinator import CoordinatorProcess, Stubs
 from worker_agent import cli
 from worker_agent.runtime import AgentSettings
 
@@ -297,3 +304,69 @@ def test_help_describes_both_group_protocols(
         "Refused with --group-protocol classic",
     ):
         assert words in text, words
+
+
+# --- one real classic agent process ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_classic_agent_process_joins_runs_the_catalogue_and_leaves_on_sigterm(
+    database_url: str, tmp_path: Path
+) -> None:
+    coordinator = CoordinatorProcess(
+        database_url,
+        "--classic-min-session-timeout-ms",
+        "100",
+        "--classic-initial-rebalance-delay-ms",
+        "50",
+        log_path=tmp_path / "coordinator.log",
+    ).start()
+    stubs = Stubs(coordinator.address)
+    group = "classic-cli"
+    agent = AgentProcess(
+        "W1",
+        coordinator.address,
+        group,
+        tmp_path / "agent",
+        explicit_member_id=False,
+        rebalance_timeout_ms=2_000,
+        extra_args=(
+            "--group-protocol",
+            "classic",
+            "--session-timeout-ms",
+            "1000",
+            "--heartbeat-interval-ms",
+            "100",
+        ),
+    )
+    try:
+        assert put_connector(stubs, group, "A", 2).error_code == 0
+        agent.start()
+
+        def assigned() -> set[str] | None:
+            got = {r for rec in agent.records() if rec.event == "assigned" for r in rec.resources}
+            return got if got == {"A", "A-0", "A-1"} else None
+
+        wait_for(
+            "the catalogue assigned to the classic agent", assigned, 30, diagnostics=agent.log_tail
+        )
+        [line] = agent.current.log_lines("agent starting: classic protocol")
+        assert "session 1000 ms, heartbeat 100 ms" in line, line
+        # The coordinator made the member id (KIP-394) and serves the group as classic.
+        member_id = agent.records()[0].worker
+        g = describe(stubs, group)
+        assert g.group_type == "classic" and g.classic.state == "STABLE", g
+        assert [m.member_id for m in g.members] == [member_id] == [g.classic.leader_id]
+        assert g.classic.protocol_name == "sessioned"
+
+        assert agent.stop() == 0
+        last = agent.records()[-1]
+        assert last.event == "revoked" and last.resources == {"A", "A-0", "A-1"}, last
+        assert last.worker == member_id
+        # It left (LeaveGroup): no member remains.
+        assert list(describe(stubs, group).members) == []
+    finally:
+        agent.close()
+        stubs.close()
+        coordinator.close()
