@@ -266,6 +266,8 @@ class ClassicFleet:
         def record(kind: str) -> Callable[[RebalanceEvent], None]:
             def call(event: RebalanceEvent) -> None:
                 worker = holder["w"]
+                if worker.transport.dead:
+                    return  # a killed process runs no listener: its records end at the kill
                 t_start = time.monotonic()
                 extra = worker.slow.get(kind, 0.0)
                 if extra:

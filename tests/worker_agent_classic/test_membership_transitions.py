@@ -259,6 +259,29 @@ def test_eager_stops_everything_before_every_join_and_reports_no_allocation() ->
     assert m.snapshot == C2
 
 
+def test_eager_rebalance_before_the_assignment_started_never_joins_with_it_running() -> None:
+    """A REBALANCE_IN_PROGRESS heartbeat answered between the SyncGroup answer and the start of
+    its assignment: the eager prepare (onJoinPrepare revokes the whole snapshot) still covers
+    that assignment, so the JoinGroup (which releases everything under the `default`
+    protocol) goes only once nothing runs. Found end to end: the prepare used to look at what
+    ran at the time (nothing) and let the assignment start and run on through the join."""
+    m = ClassicMembership(config("default"))
+    joined(m, 0, protocol="default")
+    one(m.poll(INTERVAL_MS), SendClassicHeartbeat)  # sent while the SyncGroup is held
+    m.on_sync_response(sync_ok(C1, version=0), 105)
+    m.on_heartbeat_response(hb(ErrorCode.REBALANCE_IN_PROGRESS), 106)
+    for now in range(106, 300, 10):
+        actions = m.poll(now)
+        for join in only(actions, SendJoinGroup):
+            assert not m.owned, f"JoinGroup sent at {now} while {m.owned} may run"
+            return
+        for start in only(actions, StartWork):
+            m.work_started(start.resources, now)
+        for stop in only(actions, StopWork):
+            m.work_stopped(stop.resources, now)
+    raise AssertionError("no JoinGroup was sent")
+
+
 def test_a_sessioned_worker_in_an_eager_generation_behaves_eagerly() -> None:
     """currentConnectProtocol follows the generation's protocol."""
     m = ClassicMembership(config("sessioned"))

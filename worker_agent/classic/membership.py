@@ -863,7 +863,10 @@ class ClassicMembership:
         if self._stopping is not None or self._starting is not None:
             return
         self._needs_join_prepare = False
-        if self.eager and self.running:
+        if self.eager and (self.running or self.snapshot):
+            # onJoinPrepare revokes the whole snapshot: an assignment not started yet (its
+            # answer arrived just before the rebalance was noticed) is revoked too, so it is
+            # never started, and nothing runs when the JoinGroup releases everything.
             self._eager_revoked = True
 
     def join_protocols(self) -> tuple[ClassicProtocol, ...]:
