@@ -272,7 +272,7 @@ def test_eager_rebalance_before_the_assignment_started_never_joins_with_it_runni
     m.on_heartbeat_response(hb(ErrorCode.REBALANCE_IN_PROGRESS), 106)
     for now in range(106, 300, 10):
         actions = m.poll(now)
-        for join in only(actions, SendJoinGroup):
+        if only(actions, SendJoinGroup):
             assert not m.owned, f"JoinGroup sent at {now} while {m.owned} may run"
             return
         for start in only(actions, StartWork):
@@ -280,6 +280,27 @@ def test_eager_rebalance_before_the_assignment_started_never_joins_with_it_runni
         for stop in only(actions, StopWork):
             m.work_stopped(stop.resources, now)
     raise AssertionError("no JoinGroup was sent")
+
+
+def test_an_assignment_not_started_before_a_rejoin_is_given_up_with_the_join() -> None:
+    """A cooperative worker whose generation is reset (a heartbeat's ILLEGAL_GENERATION) after
+    its SyncGroup answer but before its assignment started: the JoinGroup reports what runs,
+    so the coordinator takes the unstarted work as released. The worker must give it up too,
+    never start it later, or it would run work the coordinator gives to another worker. Found
+    end to end (a worker ran a task no member held at the coordinator)."""
+    m = ClassicMembership(config("sessioned"))
+    joined(m, 0)
+    one(m.poll(INTERVAL_MS), SendClassicHeartbeat)  # sent while the SyncGroup is held
+    m.on_sync_response(sync_ok(C1), 105)
+    m.on_heartbeat_response(hb(ErrorCode.ILLEGAL_GENERATION), 106)
+    join = one(m.poll(106), SendJoinGroup)
+    assert join.request.protocols[0].metadata.allocation == EMPTY
+    m.on_join_response(join_ok(generation=2), 110)
+    one(m.poll(110), SendSyncGroup)
+    m.on_sync_response(sync_ok(C2), 120)
+    started = only(m.poll(120), StartWork)
+    assert [s.resources for s in started] == [C2]
+    assert m.snapshot == C2
 
 
 def test_a_sessioned_worker_in_an_eager_generation_behaves_eagerly() -> None:

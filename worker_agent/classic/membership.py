@@ -17,7 +17,11 @@ The rules, each with what it follows:
   the allocation is what runs, which equals Connect's snapshot except after an eager revocation,
   where Connect still lists the stopped work
   (testMetadataWithExistingAssignmentButOlderProtocolSelection); reporting stopped work would
-  tell a cooperative leader and the coordinator it still runs.
+  tell a cooperative leader and the coordinator it still runs. For the same reason the snapshot
+  shrinks to what runs when a JoinGroup goes: work assigned but not started yet (a rebalance
+  noticed between the SyncGroup answer and the start) is given up, never started afterwards,
+  since the coordinator takes what the allocation omits as released. Under the eager protocol
+  such work is revoked with the rest of the snapshot (onJoinPrepare) and never started.
 - Before a JoinGroup (`AbstractCoordinator.joinGroupIfNeeded` -> `WorkerCoordinator.onJoinPrepare`,
   once per rebalance, again after a reset): under the eager protocol every resource is stopped
   first; under compatible/sessioned the worker keeps running. Either way a JoinGroup is sent only
@@ -845,6 +849,12 @@ class ClassicMembership:
             return None  # stop first: the JoinGroup reports what runs after the stop
         self.phase = ClassicPhase.JOINING
         self._rejoin_after_work = False  # this JoinGroup is that rejoin
+        if self.snapshot is not None and self.snapshot != self.running:
+            # The JoinGroup reports what runs, and the coordinator takes the rest as released
+            # (DESIGN 3.19): an assignment not started yet is given up with it, never started
+            # later (another worker may be given it meanwhile).
+            self.snapshot = self.snapshot & self.running
+            self._trim_tokens()
         self._group_call = _Call("join", self.now_ms, self.generation, self.member_id)
         return SendJoinGroup(self._join_request(), deadline)
 
