@@ -195,7 +195,8 @@ class _Join:
     def existing_member_joins(self, member: Member) -> Result[JoinAnswer]:
         """GroupMetadataManager `classicGroupJoinExistingMember`: PREPARING joins the phase;
         COMPLETING or STABLE with unchanged metadata answer the current generation (but the
-        leader's in STABLE); otherwise a rebalance starts."""
+        leader's in STABLE, and in STABLE one whose JoinGroup released what it held); otherwise
+        a rebalance starts."""
         change, req = self.change, self.req
         state = classic_meta(change).state
         if state is ClassicState.EMPTY:
@@ -228,10 +229,20 @@ class _Join:
         member_id = member.member_id
         if state is not ClassicState.PREPARING_REBALANCE:
             is_leader = member_id == classic_meta(change).leader_id
-            if not changed and not (state is ClassicState.STABLE and is_leader):
+            # A STABLE member whose JoinGroup released what it held (an eager worker's, or one
+            # that fenced itself) must not be answered the current generation: its SyncGroup
+            # would be answered with the accepted share, which it no longer holds here, and it
+            # would run work nobody holds. Kafka has no such case (it tracks no ownership).
+            released = state is ClassicState.STABLE and updated.owned != member.owned
+            if not changed and not released and not (state is ClassicState.STABLE and is_leader):
                 return change.result(join_answer(change, member_id))
             leader_rejoined = state is ClassicState.STABLE and is_leader
-            reason = "leader rejoined" if leader_rejoined else "member metadata changed"
+            if leader_rejoined:
+                reason = "leader rejoined"
+            elif released and not changed:
+                reason = "member released its assignment"
+            else:
+                reason = "member metadata changed"
             prepare_rebalance(change, reason, member_id)
         change.join_round(member_id)
         maybe_complete_join(change)

@@ -14,7 +14,7 @@ from coordinator_svc.core.classic_model import ClassicState, GroupType
 from coordinator_svc.core.records import EventType
 from coordinator_svc.core.results import CLASSIC_PENDING, SESSION, Parked
 
-from .classic_harness import NEW_MEMBER_MS, SESSION_MS, ClassicHarness, rs
+from .classic_harness import EAGER, NEW_MEMBER_MS, SESSION_MS, ClassicHarness, rs
 
 
 def test_an_empty_member_id_gets_member_id_required_with_an_id_bound_to_the_caller() -> None:
@@ -133,6 +133,25 @@ def test_a_follower_rejoining_stable_unchanged_gets_the_current_generation_at_on
     assert again.error_code == ErrorCode.NONE and again.generation_id == generation + 1
     assert again.leader == "w1" and again.members == ()
     assert h.classic_state is ClassicState.STABLE
+
+
+def test_a_follower_rejoining_stable_after_releasing_its_work_starts_a_rebalance() -> None:
+    """An eager follower (a worker that fenced itself while its SyncGroup was in flight, say)
+    rejoins a STABLE group with unchanged metadata: its JoinGroup releases everything it held
+    (version 0, DESIGN 3.19), so answering the current generation would let its SyncGroup be
+    answered with the accepted share the coordinator no longer counts as its own: the worker
+    would run work nobody holds. A rebalance starts instead (the released work is placed by
+    the next generation). Found by bench/run-rebalance's classic-eager runs."""
+    h = ClassicHarness()
+    h.put_connector("A", 1)
+    h.form(["w1", "w2"], {"w1": rs("A"), "w2": rs("A-0")}, kind=EAGER)
+    assert h.held("w2") == rs("A-0")
+    answer = h.join("w2", kind=EAGER)
+    assert answer == Parked("join", "w2")
+    assert h.classic_state is ClassicState.PREPARING_REBALANCE
+    assert h.held("w2") == rs()
+    (started,) = h.last_events(EventType.CLASSIC_REBALANCE_STARTED)
+    assert started.payload["reason"] == "member released its assignment"
 
 
 def test_the_leader_rejoining_stable_starts_a_rebalance() -> None:
