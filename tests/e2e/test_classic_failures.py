@@ -20,34 +20,21 @@ from connect_protocol.classic_messages import JoinGroupResponse
 from connect_protocol.errors import ErrorCode
 from tests.support.agents import wait_for
 from tests.support.classic_agents import Answer, ClassicFleet
+from tests.support.classic_agents import classic_coordinator as classic_coordinator_process
 from tests.support.coordinator import CoordinatorProcess
-from tests.support.pgcluster import create_database, drop_database
 
 SESSION_MS = 1_000
-CLASSIC_FLAGS = (
-    "--classic-min-session-timeout-ms",
-    "100",
-    "--classic-initial-rebalance-delay-ms",
-    "50",
-    "--scheduled-rebalance-max-delay-ms",
-    "1000",
-)
 
 
 @pytest.fixture(scope="module")
 def classic_coordinator(
     postgres_admin_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CoordinatorProcess]:
-    name = f"t_{uuid.uuid4().hex}"
-    url = create_database(postgres_admin_url, name)
-    log = tmp_path_factory.mktemp("classic-failures") / "coordinator.log"
-    proc = CoordinatorProcess(url, *CLASSIC_FLAGS, log_path=log)
-    try:
-        proc.start()
+    """One coordinator process (and database) for the module; each test has its own group."""
+    with classic_coordinator_process(
+        postgres_admin_url, tmp_path_factory.mktemp("classic-failures"), 1_000
+    ) as proc:
         yield proc
-    finally:
-        proc.close()
-        drop_database(postgres_admin_url, name)
 
 
 def new_fleet(coordinator: CoordinatorProcess, protocol: str = "sessioned") -> ClassicFleet:

@@ -18,30 +18,18 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from connect_protocol.classic_messages import SyncGroupResponse
 from tests.support.agents import wait_for
 from tests.support.classic_agents import ClassicFleet, ClassicWorker
+from tests.support.classic_agents import classic_coordinator as classic_coordinator_process
 from tests.support.coordinator import CoordinatorProcess
-from tests.support.pgcluster import create_database, drop_database
 
 DELAY_MS = 1_500
 CATALOGUE = {"A": 2, "B": 1}
 ALL = {"A", "A-0", "A-1", "B", "B-0"}
-
-#: The coordinator's classic flags for these tests: short sessions allowed, a short initial
-#: join-phase delay, and Connect's delay as the group default.
-CLASSIC_FLAGS = (
-    "--classic-min-session-timeout-ms",
-    "100",
-    "--classic-initial-rebalance-delay-ms",
-    "50",
-    "--scheduled-rebalance-max-delay-ms",
-    str(DELAY_MS),
-)
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +37,10 @@ def classic_coordinator(
     postgres_admin_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CoordinatorProcess]:
     """One coordinator process (and database) for the module; each test has its own group."""
-    name = f"t_{uuid.uuid4().hex}"
-    url = create_database(postgres_admin_url, name)
-    log = Path(tmp_path_factory.mktemp("classic")) / "coordinator.log"
-    proc = CoordinatorProcess(url, *CLASSIC_FLAGS, log_path=log)
-    try:
-        proc.start()
+    with classic_coordinator_process(
+        postgres_admin_url, tmp_path_factory.mktemp("classic"), DELAY_MS
+    ) as proc:
         yield proc
-    finally:
-        proc.close()
-        drop_database(postgres_admin_url, name)
 
 
 @pytest.fixture

@@ -19,8 +19,10 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -39,7 +41,8 @@ from tests.support.agents import (
     wait_for,
 )
 from tests.support.client import describe
-from tests.support.coordinator import Stubs
+from tests.support.coordinator import CoordinatorProcess, Stubs
+from tests.support.pgcluster import create_database, drop_database
 from worker_agent.classic.membership import ClassicPhase
 from worker_agent.classic.runtime import ClassicAgent
 from worker_agent.listener import CallbackListener, RebalanceEvent
@@ -52,6 +55,7 @@ __all__ = [
     "ClassicWorker",
     "KillableTransport",
     "check_no_overlap",
+    "classic_coordinator",
 ]
 
 
@@ -423,3 +427,29 @@ class ClassicFleet:
                 f"running {sorted(w.running())} dead={w.transport.dead} left={w.agent.left}"
             )
         return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def classic_coordinator(
+    postgres_admin_url: str, log_dir: Path, delay_ms: int
+) -> Iterator[CoordinatorProcess]:
+    """`coordinator-svc serve` on a database of its own, for classic workers with scaled-down
+    timeouts: sessions down to 100 ms allowed, a 50 ms initial join-phase delay, and
+    `scheduled.rebalance.max.delay.ms` = `delay_ms` for new groups."""
+    name = f"t_{uuid.uuid4().hex}"
+    url = create_database(postgres_admin_url, name)
+    flags = (
+        "--classic-min-session-timeout-ms",
+        "100",
+        "--classic-initial-rebalance-delay-ms",
+        "50",
+        "--scheduled-rebalance-max-delay-ms",
+        str(delay_ms),
+    )
+    proc = CoordinatorProcess(url, *flags, log_path=log_dir / "coordinator.log")
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.close()
+        drop_database(postgres_admin_url, name)
