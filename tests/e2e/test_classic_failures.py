@@ -151,3 +151,54 @@ def test_heartbeats_go_on_while_a_join_group_is_held(
         assert group.classic.generation_id == generation + 1  # one join phase: nobody removed
         assert {m.member_id for m in group.members} == {w1.member_id, w2.member_id}
         fleet.assert_no_overlap()
+
+
+def test_a_slow_revoker_is_removed_with_a_hold_and_its_work_then_placed_at_once(
+    classic_coordinator: CoordinatorProcess,
+) -> None:
+    """The one scenario here in which a member is removed with a hold (DESIGN 3.19), so it
+    follows DESIGN's hold rule, not Connect's delay: W3 takes 2.5 s to stop the work it is told
+    to revoke when two workers join (it held everything), more than its rebalance timeout
+    (2 s), while it heartbeats; later stops are quick. (A stop that outlasted the hold too
+    would overlap: the hold is the bound, DESIGN 3.13.) The coordinator removes it with a
+    hold (REVOCATION_TIMED_OUT): the work it did not release is held away from everyone (listed
+    as `withheld` to the leader) for its session timeout, and W3, told UNKNOWN_MEMBER_ID, stops
+    it (its fence deadline at the latest). When the hold ends the leader's ports see that work
+    as new and place it at once: delay 0, not the scheduled rebalance delay Connect would apply
+    to lost work."""
+    with new_fleet(classic_coordinator) as fleet:
+        fleet.put_connector("A", 5)
+        w3 = fleet.start("W3")
+        fleet.wait_stable()
+        slow_id, slow_share = w3.member_id, w3.running()
+        w3.slow_once["revoked"] = 2.5
+        for label in ("W1", "W2"):  # new members: W3 is told to revoke most of its work
+            fleet.start(label)
+        withheld = wait_for(
+            "a JoinGroup answer withholding W3's unreleased work",
+            lambda: next(
+                (
+                    set(j.withheld.names())
+                    for w in fleet.live()
+                    for j in w.transport.join_answers()
+                    if j.withheld
+                ),
+                None,
+            ),
+            15,
+            diagnostics=fleet.diagnostics,
+        )
+        assert withheld <= slow_share, (withheld, slow_share)
+        group = fleet.wait_stable(timeout_s=20)
+        assert slow_id not in {m.member_id for m in group.members}
+        # Placed at once when the hold ended: every SyncGroup answer that handed out withheld
+        # work carried no delay.
+        placed = [
+            s.assignment
+            for w in fleet.live()
+            for s in w.transport.sync_answers()
+            if s.assignment is not None and set(s.assignment.assignment.names()) & withheld
+        ]
+        assert placed, "the withheld work was never placed"
+        assert all(a.delay == 0 for a in placed), [a.delay for a in placed]
+        fleet.assert_no_overlap()

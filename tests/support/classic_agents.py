@@ -165,8 +165,10 @@ class ClassicWorker:
     transport: KillableTransport
     thread: threading.Thread
     records: list[HookRecord] = field(default_factory=list)
-    #: Per-event extra time the listener takes (revoked, assigned), in seconds.
+    #: Per-event extra time the listener takes (revoked, assigned), in seconds; `slow_once`:
+    #: for the next such call only.
     slow: dict[str, float] = field(default_factory=dict)
+    slow_once: dict[str, float] = field(default_factory=dict)
 
     @property
     def member_id(self) -> str:
@@ -273,7 +275,7 @@ class ClassicFleet:
                 if worker.transport.dead:
                     return  # a killed process runs no listener: its records end at the kill
                 t_start = time.monotonic()
-                extra = worker.slow.get(kind, 0.0)
+                extra = worker.slow_once.pop(kind, 0.0) or worker.slow.get(kind, 0.0)
                 if extra:
                     time.sleep(extra)
                 worker.records.append(
