@@ -120,6 +120,20 @@ def test_heartbeats_while_waiting_for_the_sync() -> None:
     assert (beat.request.generation_id, beat.request.member_id) == (1, "w1")
 
 
+def test_a_worker_with_work_heartbeats_at_once_after_its_join_answer() -> None:
+    """The heartbeat in flight when the join phase ended is answered ILLEGAL_GENERATION (no
+    proof of membership); a worker that runs work sends the next one at once with the new
+    generation, so its fence clock is renewed before the session could run out."""
+    m = stable("sessioned", C1)
+    answer_heartbeat(m, INTERVAL_MS, ErrorCode.REBALANCE_IN_PROGRESS)
+    one(m.poll(INTERVAL_MS), SendJoinGroup)
+    one(m.poll(2 * INTERVAL_MS), SendClassicHeartbeat)  # during the parked join
+    m.on_join_response(join_ok(generation=2), 2 * INTERVAL_MS + 50)
+    m.on_heartbeat_response(hb(ErrorCode.ILLEGAL_GENERATION), 2 * INTERVAL_MS + 60)
+    beat = one(m.poll(2 * INTERVAL_MS + 60), SendClassicHeartbeat)
+    assert beat.request.generation_id == 2
+
+
 def leader_join(protocol: str = "sessioned", **kw: object) -> JoinGroupResponse:
     version = {"default": 0, "compatible": 1, "sessioned": 2}[protocol]
     members = tuple(
@@ -518,7 +532,10 @@ def test_work_kept_across_unknown_member_keeps_the_old_ids_deadline() -> None:
     m.on_join_response(JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, "", member_id="w1b"), 200)
     one(m.poll(200), SendJoinGroup)
     m.on_join_response(join_ok("w1b", generation=2), 210)
-    one(m.poll(210), SendSyncGroup)
+    actions = m.poll(210)
+    one(actions, SendSyncGroup)
+    one(actions, SendClassicHeartbeat)  # at once after the join answer: the worker runs work
+    m.on_heartbeat_response(hb(), 215)  # for the new id: no proof for the old id's work
     m.on_sync_response(sync_ok(), 220)
     assert m.running == C1
     for now in range(310, 900, 100):

@@ -456,7 +456,13 @@ class ClassicMembership:
             self.member_id = resp.member_id or call.member_id
             self.protocol_name = resp.protocol_name
             self.phase = ClassicPhase.SYNCING
-            self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
+            # Kafka's heartbeat thread goes on at its interval. A worker that runs work
+            # heartbeats at once instead: the heartbeat in flight across the join phase's end
+            # is answered ILLEGAL_GENERATION (no proof of membership), and waiting a whole
+            # interval more could let its fence clock run out on a join phase of a few
+            # hundred ms (seen at scaled-down timeouts).
+            wait = 0 if self._has_work() else self.config.heartbeat_interval_ms
+            self._next_heartbeat_ms = now_ms + wait
             assignments: tuple[SyncGroupAssignment, ...] = ()
             if resp.is_leader:
                 try:
