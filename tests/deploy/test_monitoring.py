@@ -56,6 +56,7 @@ from tests.deploy.local import wait_for
 from tests.support.agents import AgentProcess
 from tests.support.coordinator import CoordinatorProcess, free_port
 from worker_agent import metrics as agent_metrics
+from worker_agent.classic.membership import ClassicPhase
 from worker_agent.membership import Membership, Phase
 
 COMPONENT = REPO / "deploy" / "k8s" / "components" / "monitoring"
@@ -952,7 +953,9 @@ def _label_values(name: str) -> dict[str, set[str]]:
             re.findall(r'return "([^"]+)"', inspect.getsource(Membership._stop_reason))
         )
         assert stop_reasons == set(agent_metrics.STOP_REASONS)
-        assert [p.value for p in Phase] == list(agent_metrics.PHASES)
+        phases = [p.value for p in Phase]
+        phases += [p.value for p in ClassicPhase if p.value not in phases]
+        assert phases == list(agent_metrics.PHASES)
         family = {
             "worker_agent_self_fenced_total": {"reason": set(agent_metrics.SELF_FENCE_REASONS)},
             "worker_agent_heartbeat_errors_total": {"code": {c.name for c in ErrorCode}},

@@ -404,6 +404,15 @@ class ClassicFleet:
             f"group {self.group} stable", self.stable, timeout_s, diagnostics=self.diagnostics
         )
 
+    def orphans(self) -> set[str]:
+        """Resources a live worker runs that no member holds at the coordinator."""
+        group = self.describe()
+        held: set[str] = set()
+        for m in group.members:
+            held |= set(m.current_assignment.connectors)
+            held |= {f"{t.connector}-{t.task}" for t in m.current_assignment.tasks}
+        return set().union(*(w.running() for w in self.live())) - held
+
     def shares(self) -> dict[str, set[str]]:
         """label -> what its live incarnation runs."""
         return {w.label: w.running() for w in self.live()}
