@@ -70,6 +70,15 @@ class Fleet:
         #: answer, though FindCoordinator does (so KAFKA-9184's revoke does not come first and
         #: the self-fence is what keeps them from running work given to others).
         self.partitioned: dict[str, int] = {}
+        #: How long each listener call takes (ms), in turn; empty: none (done at once). A call
+        #: that takes a while leaves a window in which answers arrive while work is starting
+        #: or stopping, as on a real worker.
+        #: Machines whose calls reach the coordinator but whose answers are lost until the
+        #: time given (a deadline passed after the coordinator acted): they see a failure.
+        self.lossy: dict[str, int] = {}
+        self.work_ms: list[int] = []
+        self._work_calls = 0
+        self.pending_work: list[tuple[int, str, StopWork | StartWork]] = []
 
     @property
     def now(self) -> int:
@@ -120,31 +129,58 @@ class Fleet:
             if isinstance(answer, JoinGroupResponse):
                 if answer.error_code is ErrorCode.MEMBER_ID_REQUIRED:
                     self.owner_of_id[answer.member_id] = name
-                m.on_join_response(answer, now)
+                if self.lossy.get(name, -1) > now:
+                    m.on_call_failed("join", "answer lost", now)
+                else:
+                    m.on_join_response(answer, now)
         elif isinstance(action, SendSyncGroup) and name in self.die_before_sync:
             self.crash(name)
         elif isinstance(action, SendSyncGroup):
             sreq = action.request
             sync = h._run(lambda s: sync_group(s, sreq, now, h.defaults))
             if isinstance(sync, SyncGroupResponse):
-                m.on_sync_response(sync, now)
+                if self.lossy.get(name, -1) > now:
+                    m.on_call_failed("sync", "answer lost", now)
+                else:
+                    m.on_sync_response(sync, now)
         elif isinstance(action, SendClassicHeartbeat):
             hreq = action.request
-            m.on_heartbeat_response(
-                h._run(lambda s: classic_heartbeat(s, hreq, now, h.defaults)), now
-            )
+            beat = h._run(lambda s: classic_heartbeat(s, hreq, now, h.defaults))
+            if self.lossy.get(name, -1) > now:
+                m.on_call_failed("heartbeat", "answer lost", now)
+            else:
+                m.on_heartbeat_response(beat, now)
         elif isinstance(action, SendLeaveGroup):
             lreq = action.request
             m.on_leave_response(h._run(lambda s: leave_group(s, lreq, now, h.defaults)), now)
-        elif isinstance(action, StopWork):
-            m.work_stopped(action.resources, now)
-        elif isinstance(action, StartWork):
-            held = h.held(m.member_id) if h.has_member(m.member_id) else EMPTY
-            assert action.resources <= held, (name, action.resources, held)
-            m.work_started(action.resources, now)
+        elif isinstance(action, StopWork | StartWork):
+            if isinstance(action, StartWork):
+                held = h.held(m.member_id) if h.has_member(m.member_id) else EMPTY
+                assert action.resources <= held, (name, action.resources, held)
+            took = self.work_ms[self._work_calls % len(self.work_ms)] if self.work_ms else 0
+            self._work_calls += 1
+            if took:
+                self.pending_work.append((now + took, name, action))
+            else:
+                self.finish_work(m, action)
         elif isinstance(action, FindCoordinator):
             m.coordinator_found(now)
         self.check_single_owner()
+
+    def finish_work(self, m: ClassicMembership, action: StopWork | StartWork) -> None:
+        if isinstance(action, StopWork):
+            m.work_stopped(action.resources, self.now)
+        else:
+            m.work_started(action.resources, self.now)
+
+    def finish_due_work(self) -> bool:
+        due = [p for p in self.pending_work if p[0] <= self.now]
+        self.pending_work = [p for p in self.pending_work if p[0] > self.now]
+        for _at, name, action in due:
+            m = self.machines.get(name)
+            if m is not None:
+                self.finish_work(m, action)
+        return bool(due)
 
     def check_join(self, m: ClassicMembership, join: SendJoinGroup) -> None:
         """Revoked work is stopped before the JoinGroup that reports the allocation."""
@@ -173,8 +209,9 @@ class Fleet:
             if m is None:
                 continue
             delivered = True
-            if self.partitioned.get(name or "", -1) > self.now:
-                m.on_call_failed(w.kind, "partitioned", self.now)
+            cut = max(self.partitioned.get(name or "", -1), self.lossy.get(name or "", -1))
+            if cut > self.now:
+                m.on_call_failed(w.kind, "partitioned or answer lost", self.now)
             elif w.kind == "join":
                 assert isinstance(w.response, JoinGroupResponse)
                 m.on_join_response(w.response, self.now)
@@ -186,6 +223,7 @@ class Fleet:
     def settle(self) -> None:
         for _ in range(500):
             busy = self.deliver()
+            busy = self.finish_due_work() or busy
             for name, m in list(self.machines.items()):
                 for action in m.poll(self.now):
                     busy = True
@@ -210,6 +248,11 @@ class Fleet:
             if m.phase is not ClassicPhase.STABLE or m._rejoin_needed:
                 return False
             if m.scheduled_rebalance_ms is not None or m.owned != m.snapshot:
+                return False
+            # What it runs is what the coordinator counts as its own (a worker running work the
+            # coordinator counts as nobody's would keep the group from ever being quiet).
+            held = self.h.held(m.member_id) if self.h.has_member(m.member_id) else EMPTY
+            if m.running != held:
                 return False
             running = running | m.running
         return running == self.everything
@@ -399,6 +442,7 @@ EVENTS = st.lists(
         st.tuples(st.just("leave"), st.integers(0, 5)),
         st.tuples(st.just("crash"), st.integers(0, 5)),
         st.tuples(st.just("partition"), st.integers(0, 5)),
+        st.tuples(st.just("lose_answers"), st.integers(0, 5)),
     ),
     min_size=1,
     max_size=6,
@@ -410,13 +454,20 @@ EVENTS = st.lists(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(protocol=st.sampled_from(["sessioned", "default"]), events=EVENTS)
+@given(
+    protocol=st.sampled_from(["sessioned", "default"]),
+    events=EVENTS,
+    work_ms=st.lists(st.sampled_from([0, 0, 10, 30, 120]), max_size=4),
+)
 def test_no_resource_on_two_machines_whatever_the_order_of_events(
-    protocol: str, events: list[tuple[str, int]]
+    protocol: str, events: list[tuple[str, int]], work_ms: list[int]
 ) -> None:
-    """Random joins, leaves, crashes, partitions and waits: no resource is ever owned by two
-    machines (the check runs after every action); the group converges once the events end."""
+    """Random joins, leaves, crashes, partitions and waits, and listener calls that take a
+    while: no resource is ever owned by two machines (the check runs after every action); the
+    group converges once the events end, every machine running what the coordinator counts as
+    its own."""
     fleet = Fleet(protocol, (("c1", 3), ("c2", 2)))
+    fleet.work_ms = work_ms
     fleet.add("w1")
     fleet.add("w2")
     fleet.run(200)
@@ -433,6 +484,8 @@ def test_no_resource_on_two_machines_whatever_the_order_of_events(
             fleet.crash(alive[arg % len(alive)])
         elif kind == "partition" and alive:
             fleet.partitioned[alive[arg % len(alive)]] = fleet.now + 300 * (arg + 1)
+        elif kind == "lose_answers" and alive:
+            fleet.lossy[alive[arg % len(alive)]] = fleet.now + 60 * (arg + 1)
         fleet.step()
     for name in [n for n, m in fleet.machines.items() if m.phase is ClassicPhase.LEFT]:
         del fleet.machines[name]
