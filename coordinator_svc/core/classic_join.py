@@ -205,6 +205,8 @@ class _Join:
         info = member.classic
         assert info is not None
         changed = info.protocols != req.protocols
+        original = member
+        member = self.undelivered_revocation_taken_back(member)
         updated = replace(
             self.released_per_allocation(member),
             url=req.protocols[0].metadata.url,
@@ -215,7 +217,7 @@ class _Join:
         )
         if self.principal and not member.principal:
             updated = replace(updated, principal=self.principal)
-        if updated != member:
+        if updated != original:
             change.put_member(updated)
         # A member that never completed a join phase keeps the new-member join timeout (its
         # parked JoinGroup cannot heartbeat); others their own session timeout.
@@ -249,6 +251,28 @@ class _Join:
         return answer_or_park(change, WAKE_JOIN, member_id)
 
     # --- helpers ---
+
+    @staticmethod
+    def undelivered_revocation_taken_back(member: Member) -> Member:
+        """A revocation the member was never told of (the leader's accepted assignment revoked
+        it, but a new rebalance began before the member's SyncGroup collected that answer) is
+        no revocation: the member still runs that work as its own. It is counted as assigned
+        again, so that the member keeps it (its allocation says so) until a delivered answer
+        revokes it; left pending, no bound would run and no leader would revoke it again."""
+        info = member.classic
+        accepted = info.accepted if info is not None else None
+        if accepted is None or accepted.answered or not accepted.revoked:
+            return member
+        undelivered = member.pending_revocation & accepted.revoked
+        if not undelivered:
+            return member
+        pending = member.pending_revocation - undelivered
+        return replace(
+            member,
+            assigned=member.assigned | undelivered,
+            pending_revocation=pending,
+            state=MemberState.UNREVOKED if pending else MemberState.STABLE,
+        )
 
     def released_per_allocation(self, member: Member) -> Member:
         """What the member no longer runs (DESIGN 3.19): a JoinGroup allocation omits it, the

@@ -14,7 +14,7 @@ from coordinator_svc.core.classic_model import ClassicState, GroupType
 from coordinator_svc.core.records import EventType
 from coordinator_svc.core.results import CLASSIC_PENDING, SESSION, Parked
 
-from .classic_harness import EAGER, NEW_MEMBER_MS, SESSION_MS, ClassicHarness, rs
+from .classic_harness import EAGER, NEW_MEMBER_MS, SESSION_MS, ClassicHarness, given, rs
 
 
 def test_an_empty_member_id_gets_member_id_required_with_an_id_bound_to_the_caller() -> None:
@@ -188,3 +188,29 @@ def test_max_group_size_counts_members_and_pending_ids() -> None:
     full = h.join("", new_id="p3")
     assert not isinstance(full, Parked) and full.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
     assert isinstance(h.join("p2"), Parked)
+
+
+def test_a_revocation_never_delivered_is_not_kept_pending_when_the_member_rejoins() -> None:
+    """The leader's accepted assignment revokes A-0 from w2, but a new rebalance starts (a
+    catalogue change) before w2's SyncGroup collects that answer: w2 was never told, still
+    runs A-0 and reports it in its JoinGroup. The coordinator must count A-0 as w2's again,
+    not as a revocation pending forever (no REVOCATION_REQUESTED was ever sent, so no bound
+    runs and no later leader revokes it again: the group would stay STABLE with A-0 run by a
+    worker and held by nobody). Found by the classic churn test under load."""
+    h = ClassicHarness()
+    h.put_connector("A", 2)
+    h.form(["w1", "w2"], {"w1": rs("A"), "w2": rs("A-0", "A-1")})
+    h.put_connector("B", 1)  # a rebalance: both rejoin with what they run
+    h.rejoin_all()
+    assert h.classic_state is ClassicState.COMPLETING_REBALANCE
+    leader = h.leader
+    assert leader == "w1"
+    h.sync("w1", {"w1": given(rs("B")), "w2": given(revoked=rs("A-0"))})
+    assert h.classic_state is ClassicState.STABLE
+    assert h.member("w2").pending_revocation == rs("A-0")  # accepted, not yet delivered
+    h.put_connector("C", 1)  # the next rebalance, before w2's SyncGroup
+    assert isinstance(h.join("w2", allocation=rs("A-0", "A-1")), Parked)
+    w2 = h.member("w2")
+    assert w2.pending_revocation == rs()
+    assert w2.assigned == rs("A-0", "A-1")
+    assert not [e for e in h.logged_events(EventType.REVOCATION_REQUESTED) if e.member_id == "w2"]
