@@ -23,6 +23,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26  # classic groups
     REBALANCE_IN_PROGRESS = 27  # classic groups
+    UNSUPPORTED_VERSION = 35  # group.version 0: no new connect-protocol member (DESIGN 3.19)
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_REQUEST = 42
@@ -144,6 +145,14 @@ class RebalanceInProgress(CoordinatorError):
     """The classic group is rebalancing (or the leader's assignments were refused): rejoin."""
 
     code = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+class UnsupportedVersion(CoordinatorError):
+    """The cluster's `group.version` feature level does not serve the call (level 0: no new
+    connect-protocol member is admitted, DESIGN 3.19 "Feature flag"): a configuration error,
+    which a worker does not retry; it joins with the classic protocol instead."""
+
+    code = ErrorCode.UNSUPPORTED_VERSION
 
 
 class MemberIdRequired(CoordinatorError):
