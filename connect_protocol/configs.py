@@ -180,7 +180,38 @@ class PrincipalListConfig(_Key):
         return None if problem is None else f"{self.flag} ({self.env}): {problem}"
 
 
-GroupConfig = IntConfig | PrincipalListConfig
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChoiceConfig(_Key):
+    """One of a fixed set of lower-case words."""
+
+    name: str
+    default: str
+    choices: tuple[str, ...]
+    doc: str
+    to_assignor: bool = False
+    #: The group types it applies to (see EVERY_GROUP_TYPE).
+    group_types: frozenset[str] = CONNECT_ONLY
+
+    #: The type, as documentation names it.
+    type_name = "choice"
+
+    def parse(self, raw: str) -> str:
+        if raw not in self.choices:
+            raise ValueError(raw)
+        return raw
+
+    def problem(self, raw: str) -> str | None:
+        if raw in self.choices:
+            return None
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        return f"{self.name} must be one of {', '.join(self.choices)}, got {shown!r}."
+
+    def flag_problem(self, value: str) -> str | None:
+        problem = self.problem(value)
+        return None if problem is None else f"{self.flag} ({self.env}): {problem}"
+
+
+GroupConfig = IntConfig | PrincipalListConfig | ChoiceConfig
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -248,6 +279,22 @@ ASSIGNMENT_INTERVAL = IntConfig(
     doc="a new target computation is requested at most once per this interval; epoch bumps "
     "meanwhile are folded into it (0: at once)",
 )
+#: Online migration between the protocols (DESIGN 3.19 "Migration policy", Kafka's
+#: group.consumer.migration.policy, here per group): which conversions of a non-empty group its
+#: joins may make. An empty group takes its first joiner's protocol under every policy.
+MIGRATION_BIDIRECTIONAL = "bidirectional"
+MIGRATION_UPGRADE = "upgrade"
+MIGRATION_DOWNGRADE = "downgrade"
+MIGRATION_DISABLED = "disabled"
+MIGRATION_POLICY = ChoiceConfig(
+    name="group.protocol.migration.policy",
+    default=MIGRATION_BIDIRECTIONAL,
+    choices=(MIGRATION_BIDIRECTIONAL, MIGRATION_UPGRADE, MIGRATION_DOWNGRADE, MIGRATION_DISABLED),
+    doc="which conversions of a non-empty group are allowed: bidirectional, upgrade "
+    "(classic to connect), downgrade (connect to classic) or disabled (neither; classic "
+    "workers may not join a non-empty connect group either)",
+    group_types=EVERY_GROUP_TYPE,
+)
 
 #: Every group configuration, in the order `serve --help` and DescribeGroups show them.
 GROUP_CONFIGS: tuple[GroupConfig, ...] = (
@@ -259,6 +306,7 @@ GROUP_CONFIGS: tuple[GroupConfig, ...] = (
     REBALANCE_WAVE_PAUSE,
     ASSIGNMENT_INTERVAL,
     ASSIGNOR_PRINCIPAL_LIST,
+    MIGRATION_POLICY,
 )
 BY_NAME: Mapping[str, GroupConfig] = {row.name: row for row in GROUP_CONFIGS}
 

@@ -19,6 +19,7 @@ from connect_protocol.configs import (
     ASSIGNOR_PRINCIPAL_LIST,
     GROUP_CONFIGS,
     HEARTBEAT_INTERVAL,
+    MIGRATION_POLICY,
     REBALANCE_TIMEOUT,
     REBALANCE_WAVE_MAX,
     REBALANCE_WAVE_PAUSE,
@@ -67,6 +68,8 @@ class GroupConfigDefaults:
     assignment_interval_ms: int = ASSIGNMENT_INTERVAL.default
     #: Who may compute (DESIGN 3.4): comma-separated principals, "" for any.
     assignor_principals: str = ASSIGNOR_PRINCIPAL_LIST.default
+    #: Which conversions of a non-empty group are allowed (DESIGN 3.19).
+    group_protocol_migration_policy: str = MIGRATION_POLICY.default
     assignment_error_backoff_ms: int = 1_000
     max_group_size: int = 10_000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES

@@ -15,6 +15,7 @@ import pytest
 from connect_protocol.configs import (
     ASSIGNOR_PRINCIPALS,
     GROUP_CONFIGS,
+    MIGRATION_POLICY,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     SESSION_TIMEOUT_MS,
     applies_to,
@@ -67,7 +68,11 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
 
 def test_the_table_has_keys_of_both_kinds() -> None:
     assert SESSION_TIMEOUT_MS in CLASSIC_ONLY_NOT
-    assert set(CLASSIC_KEYS) == {SCHEDULED_REBALANCE_MAX_DELAY_MS, ASSIGNOR_PRINCIPALS}
+    assert set(CLASSIC_KEYS) == {
+        SCHEDULED_REBALANCE_MAX_DELAY_MS,
+        ASSIGNOR_PRINCIPALS,
+        MIGRATION_POLICY.name,
+    }
 
 
 @pytest.mark.parametrize("key", CLASSIC_ONLY_NOT)

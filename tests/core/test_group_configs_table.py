@@ -19,6 +19,7 @@ from connect_protocol.configs import (
     GROUP_TYPE_CLASSIC,
     GROUP_TYPE_CONNECT,
     HEARTBEAT_INTERVAL,
+    MIGRATION_POLICY,
     SCHEDULED_REBALANCE_MAX_DELAY,
     SESSION_TIMEOUT,
     IntConfig,
@@ -48,7 +49,11 @@ def test_the_typed_read_falls_back_to_the_servers_default() -> None:
     assert defaults.read(SESSION_TIMEOUT, {SESSION_TIMEOUT.name: "5000"}) == 5_000
     assert defaults.read(SESSION_TIMEOUT, {SESSION_TIMEOUT.name: "soon"}) == 45_000
     principals = dataclasses.replace(defaults, assignor_principals="User:a, User:CN=b,O=c")
-    assert principals.read(GROUP_CONFIGS[-1], {}) == ("User:a", "User:CN=b,O=c")
+    assert principals.read(ASSIGNOR_PRINCIPAL_LIST, {}) == ("User:a", "User:CN=b,O=c")
+    policy = dataclasses.replace(defaults, group_protocol_migration_policy="upgrade")
+    assert policy.read(MIGRATION_POLICY, {}) == "upgrade"
+    assert policy.read(MIGRATION_POLICY, {MIGRATION_POLICY.name: "disabled"}) == "disabled"
+    assert policy.read(MIGRATION_POLICY, {MIGRATION_POLICY.name: "sideways"}) == "upgrade"
 
 
 def test_only_integer_configurations_are_sent_to_assignors() -> None:
@@ -121,6 +126,7 @@ def test_each_row_names_the_group_types_it_applies_to() -> None:
     assert {row.name for row in configs_of(GROUP_TYPE_CLASSIC)} == {
         SCHEDULED_REBALANCE_MAX_DELAY.name,
         ASSIGNOR_PRINCIPAL_LIST.name,
+        MIGRATION_POLICY.name,
     }
     for row in GROUP_CONFIGS:
         assert row.group_types <= EVERY_GROUP_TYPE and applies_to(row, GROUP_TYPE_CONNECT)

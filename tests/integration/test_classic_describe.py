@@ -178,7 +178,10 @@ def test_the_cli_lists_and_describes_classic_groups(coordinator: InProcessCoordi
     assert "leader c1" in text
     assert "catalogue: A (2 tasks)" in text
     # Only the configurations that apply to classic groups.
-    assert "configs: assignor.principals=, scheduled.rebalance.max.delay.ms=2000\n" in text
+    assert (
+        "configs: assignor.principals=, group.protocol.migration.policy=bidirectional, "
+        "scheduled.rebalance.max.delay.ms=2000\n"
+    ) in text
     member_lines = {line.split()[0]: line.split() for line in text.splitlines()[1:] if line}
     assert member_lines["c1"][:6] == ["c1", "classic", "compatible,", "default", "120000", "4"]
     assert "yes" in member_lines["c1"] and "no" in member_lines["c2"]
