@@ -8,7 +8,6 @@ INCONSISTENT_GROUP_PROTOCOL naming the group's type (conversions of non-empty gr
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 
 from connect_protocol.configs import ASSIGNMENT_INTERVAL, HEARTBEAT_INTERVAL, SESSION_TIMEOUT
@@ -33,12 +32,11 @@ from connect_protocol.messages import (
     HeartbeatResponse,
 )
 from connect_protocol.resources import EMPTY, ResourceSet
-from connect_protocol.tokens import Resource
 
 from .change import GroupChange
 from .conversion import convertible, to_connect
+from .delivery import grant, reconcile_member
 from .model import GroupConfigDefaults, GroupState, Member, MemberState, next_compute_request_ms
-from .reconciliation import reconcile
 from .records import EventType
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
 from .selection import NoSelection, select_with
@@ -286,7 +284,7 @@ class _Heartbeat:
         successor, assignors_changed = self.updated(successor)
         if successor.assigned:
             # A member that did not hold them: a grant, with a new token (DESIGN 3.18).
-            successor = self.grant(replace(successor, assigned=EMPTY), successor.assigned)
+            successor = grant(change, replace(successor, assigned=EMPTY), successor.assigned)
             successor = replace(successor, assigned=holder.assigned)
         change.remove_member(holder.member_id)
         change.cancel((SESSION, holder.member_id))
@@ -497,29 +495,7 @@ class _Heartbeat:
         """Reconcile the member, arm its timers, and signal COMPUTE_ASSIGNMENT if it is due."""
         change = self.change
         target = change.target
-        after = reconcile(
-            member,
-            target.assignment_epoch,
-            target.of(member.member_id).resources,
-            owned,
-            functools.partial(change.free_for, member.member_id),
-        )
-        if after.assigned != member.assigned:  # O(1) when unchanged (the same sets)
-            granted = after.assigned - member.assigned
-            if granted:
-                after = self.grant(after, granted)
-            elif after.tokens:
-                after = replace(after, tokens=after.tokens.restricted(after.assigned))
-        if (
-            after.assigned != member.assigned
-            or after.pending_revocation != member.pending_revocation
-            or after.state is not member.state
-        ):
-            # What it runs or waits on changed: it is told so at this epoch (DESIGN 3.21).
-            after = replace(after, stable_since_epoch=after.member_epoch)
-        if after != member:
-            change.put_member(after)
-            self.record_transition(member, after)
+        after = reconcile_member(change, member, owned)
         change.schedule((SESSION, member.member_id), self.now_ms + change.fencing_session_ms())
         send = (
             send
@@ -535,70 +511,6 @@ class _Heartbeat:
             )
         error, message = self.compute_signal(after)
         return self.result(self.response(after.member_epoch, assignment, error, message))
-
-    def grant(self, member: Member, granted: ResourceSet) -> Member:
-        """Give `granted` (resources the member did not hold) the group's next fencing token,
-        one token for the whole grant: greater than every token granted before in the group,
-        so than every earlier token of each of these resources (DESIGN 3.18). The tokens of what
-        it no longer holds are dropped. O(assigned)."""
-        change = self.change
-        token = change.meta.last_fencing_token + 1
-        change.set_meta(last_fencing_token=token)
-        kept = member.tokens.restricted(member.assigned - granted)
-        return replace(member, tokens=kept.with_grant(granted, token), last_grant_at_ms=self.now_ms)
-
-    def record_transition(self, before: Member, after: Member) -> None:
-        change, member_id = self.change, before.member_id
-        released = before.pending_revocation - after.pending_revocation
-        if released and after.state is MemberState.UNREVOKED and after.pending_revocation:
-            # A partial release (DESIGN 3.11): the revocation timer keeps running from the
-            # request, so it is neither cancelled nor re-armed.
-            change.event(
-                EventType.REVOCATION_PARTIALLY_ACKNOWLEDGED,
-                member_id,
-                released=released.to_json(),
-                pending=after.pending_revocation.to_json(),
-                member_epoch=before.member_epoch,
-            )
-        elif before.pending_revocation and not (
-            before.pending_revocation <= after.pending_revocation
-        ):
-            change.event(
-                EventType.REVOCATION_ACKNOWLEDGED,
-                member_id,
-                revoked=before.pending_revocation.to_json(),
-                member_epoch=before.member_epoch,
-            )
-            change.cancel((REVOCATION, member_id))
-        if after.pending_revocation and not (after.pending_revocation <= before.pending_revocation):
-            change.event(
-                EventType.REVOCATION_REQUESTED,
-                member_id,
-                revoke=after.pending_revocation.to_json(),
-                target_epoch=change.target.assignment_epoch,
-            )
-            change.schedule((REVOCATION, member_id), self.now_ms + after.rebalance_timeout_ms)
-        if after.assigned != before.assigned or after.member_epoch != before.member_epoch:
-            change.event(
-                EventType.ASSIGNMENT_DELIVERED,
-                member_id,
-                member_epoch=after.member_epoch,
-                state=after.state.value,
-                assigned=after.assigned.to_json(),
-                added=(after.assigned - before.assigned).to_json(),
-                removed=(before.assigned - after.assigned).to_json(),
-                **self.grant_details(before, after),
-            )
-
-    @staticmethod
-    def grant_details(before: Member, after: Member) -> dict[str, int]:
-        """The fencing token of what a delivery adds (one grant, one token), for its event."""
-        added = after.assigned - before.assigned
-        resources: list[Resource] = [*added.connectors, *added.tasks]
-        for resource in resources:
-            if resource in after.tokens:
-                return {"fencing_token": after.tokens[resource]}
-        return {}
 
     def compute_signal(self, member: Member) -> tuple[ErrorCode, str]:
         """COMPUTE_ASSIGNMENT for the assignor member while the group epoch is ahead of the

@@ -174,7 +174,11 @@ def test_prepare_returns_everything_the_assignor_needs() -> None:
     assert prepared.target == (MemberTarget("w1", W1_SHARE), MemberTarget("w2", W2_SHARE))
     assert prepared.assignor_state == b"blob"
     assert prepared.group_configs == {  # what assignors read: not assignor.principals
-        **{k: v for k, v in DEFAULTS.as_map().items() if k != "assignor.principals"},
+        **{
+            k: v
+            for k, v in DEFAULTS.as_map().items()
+            if k not in ("assignor.principals", "group.protocol.migration.policy")
+        },
         "session.timeout.ms": "2000",
     }
     assert prepared.coordinator_time_ms == h.now_ms
