@@ -13,6 +13,7 @@ from types import MappingProxyType
 from connect_protocol.configs import (
     ASSIGNOR_PRINCIPALS,
     BY_NAME,
+    MIGRATION_POLICY,
     SESSION_TIMEOUT,
     applies_to,
     config_digest,
@@ -35,6 +36,7 @@ from connect_protocol.messages import (
 )
 
 from .change import GroupChange
+from .conversion import maybe_downgrade
 from .model import Connector, GroupConfigDefaults, GroupState
 from .records import EventType
 from .results import Result, refused
@@ -236,6 +238,13 @@ def alter_configs(
             change.reselect_assignor()
         # A classic group's leader is chosen among `assignor.principals` when its next join
         # phase completes; a config change starts no classic rebalance (DESIGN 3.19).
+        if (
+            not classic
+            and state is not None
+            and state.configs.get(MIGRATION_POLICY.name) != configs.get(MIGRATION_POLICY.name)
+        ):
+            # A downgrade the old policy forbade may be allowed now (DESIGN 3.19).
+            maybe_downgrade(change, "migration policy changed")
     return Result(
         change.records(), AlterConfigsResponse(effective_configs=effective), change.timers
     )

@@ -498,11 +498,13 @@ def _unchanged_members(change: GroupChange, new: TargetAssignment) -> list[str]:
     """The members an install moves to its epoch at once (DESIGN 3.21), sorted: STABLE, nothing
     pending, and a share in `new` equal to what they were last told to run (a member the
     install does not name has an empty share). Reconciling any of them would only move its
-    epoch; nothing else about them changes, so none is written one by one."""
+    epoch; nothing else about them changes, so none is written one by one. Never a member of
+    the classic protocol: it learns a new epoch only through JoinGroup, as in Kafka."""
     return sorted(
         member_id
         for member_id, m in change.members().items()
         if m.state is MemberState.STABLE
+        and m.classic is None  # classic members learn epochs only by JoinGroup (3.21)
         and not m.pending_revocation
         and m.member_epoch < new.assignment_epoch
         and m.assigned == new.of(member_id).resources

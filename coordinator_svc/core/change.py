@@ -151,6 +151,20 @@ class GroupChange:
         new = sum(1 for m in self._members if m not in committed)
         return len(committed) - gone + new
 
+    def classic_member_count(self) -> int:
+        """How many members of the classic protocol the group has with this change applied:
+        O(members changed)."""
+        count = 0 if self.state is None else self.state.classic_members
+        committed = {} if self.state is None else self.state.members
+        for member_id in self._removed | self._members.keys():
+            old = committed.get(member_id)
+            if old is not None and old.classic is not None:
+                count -= 1
+        for member in self._members.values():
+            if member.classic is not None:
+                count += 1
+        return count
+
     def profiles(self, extra: Member | None = None) -> GroupProfiles:
         """The members as assignor selection sees them, with this change (and `extra`, a member
         not yet put) applied: the committed index plus the few members changed here."""
@@ -401,8 +415,10 @@ class GroupChange:
             )
         )
 
-    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
-        self.timers.append(ScheduleTimer(key, deadline_ms))
+    def schedule(self, key: TimerKey, deadline_ms: int, unless_armed: bool = False) -> None:
+        """Arm `key` for `deadline_ms` (replacing its deadline; with `unless_armed`, only if it
+        is not armed already)."""
+        self.timers.append(ScheduleTimer(key, deadline_ms, unless_armed))
 
     def cancel(self, key: TimerKey) -> None:
         self.timers.append(CancelTimer(key))

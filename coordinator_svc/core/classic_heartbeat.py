@@ -29,6 +29,7 @@ from connect_protocol.errors import (
     UnknownMemberId,
 )
 
+from . import mixed_group
 from .change import GroupChange
 from .classic_model import ClassicState
 from .classic_rebalance import REBALANCING, after_removal, classic_meta, remove_member
@@ -50,9 +51,9 @@ def heartbeat(
     try:
         if not validated:
             validate_classic_heartbeat(req)
-        member = (
-            None if state is None or not state.meta.is_classic else state.members.get(req.member_id)
-        )
+        if state is not None and not state.meta.is_classic:  # of a connect group (3.19)
+            return mixed_group.translated_heartbeat(state, req, now_ms, defaults, principal)
+        member = None if state is None else state.members.get(req.member_id)
         if state is None or member is None or member.classic is None:
             raise UnknownMemberId(
                 f"member {req.member_id!r} is not in group {req.group_id!r}; join with an "
@@ -92,11 +93,13 @@ def leave_group(
     try:
         if not validated:
             validate_leave(req)
-        if state is None or not state.meta.is_classic:
+        if state is None:
             raise UnknownMemberId(f"group {req.group_id!r} has no classic members.")
     except CoordinatorError as error:
         return refused(LeaveGroupResponse, error)
     change = GroupChange(state, req.group_id, now_ms, defaults)
+    if not state.meta.is_classic:  # classic members of a connect group (3.19)
+        return mixed_group.translated_leave(change, req, principal)
     outcomes: list[LeftMember] = []
     first_removed: str | None = None
     dropped = False

@@ -29,7 +29,7 @@ from connect_protocol.errors import (
 )
 from connect_protocol.resources import EMPTY
 
-from . import conversion
+from . import conversion, mixed_group
 from .change import GroupChange
 from .classic_model import ClassicGroupMeta, ClassicMemberInfo, ClassicState, GroupType, PendingId
 from .classic_rebalance import (
@@ -99,7 +99,10 @@ class _Join:
                 )
             change.set_meta(group_type=GroupType.CLASSIC, classic=ClassicGroupMeta())
         elif not self.state.meta.is_classic:
-            self.convert_connect_group()
+            if not conversion.convertible(self.change):
+                # Classic members of a connect group (DESIGN 3.19): the call is translated.
+                return mixed_group.translated_join(change, req, self.principal, self.new_member_id)
+            conversion.to_classic(change)
         if not req.member_id:
             return self.hand_out_member_id()
         pending = change.round.pending(req.member_id)
@@ -116,18 +119,6 @@ class _Join:
         return self.existing_member_joins(member)
 
     # --- the paths ---
-
-    def convert_connect_group(self) -> None:
-        """A connect group takes a classic member only while empty (DESIGN 3.19 "Empty
-        conversions"); a non-empty one refuses naming its type."""
-        assert self.state is not None
-        if self.state.members or not conversion.convertible(self.change):
-            raise InconsistentGroupProtocol(
-                f"group {self.req.group_id!r} is a connect group: its workers use the connect "
-                "protocol (ConnectGroupHeartbeat); moving a non-empty group between protocols "
-                "is online migration (issue 27)."
-            )
-        conversion.to_classic(self.change)
 
     def hand_out_member_id(self) -> Result[JoinAnswer]:
         """KIP-394: a new id, bound to the caller, holding the join barrier until it joins or

@@ -34,6 +34,7 @@ from connect_protocol.errors import (
 from connect_protocol.resources import EMPTY, ResourceSet
 from connect_protocol.tokens import Resource
 
+from . import mixed_group
 from .change import GroupChange
 from .classic_model import AcceptedAssignment, ClassicState
 from .classic_rebalance import (
@@ -101,10 +102,12 @@ class _Sync:
 
     def run(self) -> Result[SyncAnswer]:
         req, change = self.req, self.change
-        if self.state is None or not self.state.meta.is_classic:
+        if self.state is None:
             raise UnknownMemberId(
                 f"group {req.group_id!r} has no classic member {req.member_id!r}."
             )
+        if not self.state.meta.is_classic:  # a classic member of a connect group (3.19)
+            return mixed_group.translated_sync(change, req, self.principal)
         member = change.member(req.member_id)
         if member is None or member.classic is None:
             raise UnknownMemberId(

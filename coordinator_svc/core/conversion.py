@@ -5,25 +5,33 @@ epoch; to connect, group epoch = assignment epoch = max(generation, 1).
 
 This module owns the rule (`convertible`) and the two conversions; the join handlers call them
 (a classic JoinGroup into an empty connect group, P1; a connect join into an empty classic
-group, `heartbeat.py`). Conversions of non-empty groups are issue 27. Each costs O(1) but for
-dropping a classic group's pending ids (O(pending ids)).
+group, `heartbeat.py`); these cost O(1) but for dropping a classic group's pending ids. Non-empty
+groups convert by `upgrade` (DESIGN 3.19 "Upgrade") and `downgrade` ("Downgrade"), each O(members)
+once per conversion; `mixed_group.py` holds the policy that allows them.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
+
+from connect_protocol.classic_messages import JoinGroupResponse
+from connect_protocol.errors import ErrorCode
 
 from .change import GroupChange
 from .classic_model import ClassicGroupMeta, ClassicState, GroupType
 from .errors import IllegalStateError
-from .model import GroupState
+from .model import GroupState, MemberState, TargetAssignment, TargetEntry
 from .records import EventType
 from .results import (
     ASSIGNOR,
     CLASSIC_JOIN,
+    CLASSIC_MEMBER_DEADLINE,
     CLASSIC_PENDING,
     CLASSIC_SYNC,
     SCHEDULED_REBALANCE,
+    WAKE_JOIN,
+    WAKE_SYNC,
 )
 
 TO_CLASSIC = "to_classic"
@@ -110,6 +118,150 @@ def to_connect(change: GroupChange) -> None:
         raise IllegalStateError(f"group {change.group_id!r} is not classic")
     generation = change.group_epoch
     epoch = max(generation, 1)
+    _drop_round(change)
+    change.set_meta(group_type=GroupType.CONNECT, classic=None, group_epoch=epoch)
+    _emptied_target(change, epoch)
+    _no_computation(change)
+    change.event(
+        EventType.GROUP_CONVERTED,
+        direction=TO_CONNECT,
+        group_epoch_before=generation,
+        generation=generation,
+        members={GroupType.CLASSIC.value: 0, GroupType.CONNECT.value: 0},
+    )
+
+
+# --- conversions of non-empty groups (issue 27) ---------------------------------------------
+
+
+def upgrade(change: GroupChange) -> None:
+    """Convert a non-empty classic group to connect, in any classic state (DESIGN 3.19
+    "Upgrade", Kafka's convertToConsumerGroup), before the connect join that asked for it
+    proceeds: parked calls are answered REBALANCE_IN_PROGRESS; group epoch = assignment epoch =
+    generation; each member becomes a member at that epoch whose current assignment is what it
+    holds less its pending revocation, which it keeps (UNREVOKED if any); the target equals the
+    current assignments, so nothing moves; holds go on. O(members): once per conversion."""
+    from .classic_rebalance import rebalance_in_progress_sync  # late: it builds on this module
+    from .mixed_group import assignors_of
+
+    if not change.meta.is_classic:
+        raise IllegalStateError(f"group {change.group_id!r} is not classic")
+    generation = change.group_epoch
+    epoch = max(generation, 1)
+    classic = change.meta.classic or ClassicGroupMeta()
+    round_ = change.round
+    if classic.state is ClassicState.PREPARING_REBALANCE:
+        for member_id in sorted(round_.joined()):
+            change.wake(WAKE_JOIN, member_id, _rejoin_join(member_id))
+    for member_id in sorted(round_.parked_sync()):
+        change.wake(WAKE_SYNC, member_id, rebalance_in_progress_sync())
+    _drop_round(change)
+    counts = {GroupType.CLASSIC.value: 0, GroupType.CONNECT.value: 0}
+    shares: dict[str, TargetEntry] = {}
+    for member in sorted(change.members().values(), key=lambda m: m.member_id):
+        info = member.classic
+        if info is None:
+            counts[GroupType.CONNECT.value] += 1
+            continue
+        counts[GroupType.CLASSIC.value] += 1
+        change.put_member(
+            replace(
+                member,
+                member_epoch=epoch,
+                previous_epoch=epoch,
+                assignors=assignors_of(info.protocols),
+                state=MemberState.UNREVOKED if member.pending_revocation else MemberState.STABLE,
+                stable_since_epoch=epoch,
+                classic=replace(info, accepted=None),
+            )
+        )
+        if member.assigned:
+            shares[member.member_id] = TargetEntry(member.assigned)
+    change.set_meta(group_type=GroupType.CONNECT, classic=None, group_epoch=epoch)
+    change.set_target(
+        TargetAssignment(assignment_epoch=epoch, members=MappingProxyType(shares)), None
+    )
+    _no_computation(change)
+    change.event(
+        EventType.GROUP_CONVERTED,
+        direction=TO_CONNECT,
+        group_epoch_before=generation,
+        generation=generation,
+        classic_state=classic.state.value,
+        members=counts,
+    )
+
+
+def downgrade_due(change: GroupChange) -> bool:
+    """Whether the connect group has members, all of the classic protocol (the last
+    connect-protocol member is gone), and its policy allows the downgrade. O(members changed)."""
+    from connect_protocol.configs import MIGRATION_POLICY
+
+    from .mixed_group import conversion_allowed
+
+    if change.meta.is_classic:
+        return False
+    count = change.member_count()
+    return (
+        count > 0
+        and change.classic_member_count() == count
+        and conversion_allowed(change.config(MIGRATION_POLICY), TO_CLASSIC)
+    )
+
+
+def maybe_downgrade(change: GroupChange, reason: str) -> bool:
+    """Downgrade the group if it is due (`downgrade_due`); whether it did."""
+    if not downgrade_due(change):
+        return False
+    downgrade(change, reason)
+    return True
+
+
+def downgrade(change: GroupChange, reason: str) -> None:
+    """Convert a connect group whose members all speak the classic protocol to classic
+    (DESIGN 3.19 "Downgrade", Kafka's convertToClassicGroup): generation = group epoch, each
+    member holds its current plus pending sets, the target and any scheduled rebalance are
+    dropped, and a classic rebalance starts (`reason`); the new leader starts from empty
+    memory, as Connect's does, and holds apply as in classic groups. Calls carrying older
+    epochs get ILLEGAL_GENERATION and the members rejoin. O(members): once per conversion."""
+    from .classic_rebalance import prepare_rebalance, vote  # late: it builds on this module
+
+    if change.meta.is_classic:
+        raise IllegalStateError(f"group {change.group_id!r} is already classic")
+    epoch = change.group_epoch
+    members = sorted(change.members().values(), key=lambda m: m.member_id)
+    if not members or any(m.classic is None for m in members):
+        raise IllegalStateError(f"group {change.group_id!r} has connect-protocol members")
+    for member in members:
+        assert member.classic is not None
+        change.cancel((CLASSIC_MEMBER_DEADLINE, member.member_id))
+        change.put_member(
+            replace(
+                member,
+                state=MemberState.UNREVOKED if member.pending_revocation else MemberState.STABLE,
+                classic=replace(member.classic, accepted=None),
+            )
+        )
+    _emptied_target(change, epoch)
+    _no_computation(change)
+    protocol = vote(members)
+    change.set_meta(
+        group_type=GroupType.CLASSIC,
+        classic=ClassicGroupMeta(ClassicState.STABLE, protocol_name=protocol),
+    )
+    change.event(
+        EventType.GROUP_CONVERTED,
+        direction=TO_CLASSIC,
+        group_epoch_before=epoch,
+        generation=epoch,
+        protocol=protocol,
+        members={GroupType.CLASSIC.value: len(members), GroupType.CONNECT.value: 0},
+    )
+    prepare_rebalance(change, reason)
+
+
+def _drop_round(change: GroupChange) -> None:
+    """The classic round and its timers go (pending ids too)."""
     change.cancel((CLASSIC_JOIN, ""))
     change.cancel((CLASSIC_SYNC, ""))
     if change.state is not None and change.state.round is not None:
@@ -124,13 +276,12 @@ def to_connect(change: GroupChange) -> None:
             new_member_added=False,
             leader_unavailable_reason="",
         )
-    change.set_meta(group_type=GroupType.CONNECT, classic=None, group_epoch=epoch)
-    _emptied_target(change, epoch)
-    _no_computation(change)
-    change.event(
-        EventType.GROUP_CONVERTED,
-        direction=TO_CONNECT,
-        group_epoch_before=generation,
-        generation=generation,
-        members={GroupType.CLASSIC.value: 0, GroupType.CONNECT.value: 0},
+
+
+def _rejoin_join(member_id: str) -> JoinGroupResponse:
+    return JoinGroupResponse(
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        "the group was converted to the connect protocol while your JoinGroup waited; send it "
+        "again.",
+        member_id=member_id,
     )

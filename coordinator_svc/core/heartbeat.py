@@ -1,23 +1,30 @@
 """ConnectGroupHeartbeat: joins, leaves, fencing, metadata updates, reconciliation, and the
 COMPUTE_ASSIGNMENT signal to the assignor member (seed 000 "Request Handling"; DESIGN 3.2-3.14).
 
-A connect heartbeat to a classic group (DESIGN 3.19): a join (epoch 0) converts an EMPTY group
-with no holds to connect (`conversion.to_connect`) and joins it; to any other classic group it is
-INCONSISTENT_GROUP_PROTOCOL naming the group's type (conversions of non-empty groups are issue
-27); any other epoch is UNKNOWN_MEMBER_ID (no connect member can be in a classic group)."""
+A connect heartbeat to a classic group (DESIGN 3.19): a join (epoch 0) converts it to connect and
+joins it: an EMPTY group with no holds under any migration policy (`conversion.to_connect`), a
+non-empty one where the policy allows the upgrade (`conversion.upgrade`), else
+INCONSISTENT_GROUP_PROTOCOL naming the policy; any other epoch is UNKNOWN_MEMBER_ID (no connect
+member can be in a classic group). A connect heartbeat naming a classic-protocol member of a
+connect group is UNKNOWN_MEMBER_ID too. When the last connect-protocol member is removed and the
+policy allows, the group is downgraded in the same change (`conversion.maybe_downgrade`)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from connect_protocol.configs import ASSIGNMENT_INTERVAL, HEARTBEAT_INTERVAL, SESSION_TIMEOUT
+from connect_protocol.configs import (
+    ASSIGNMENT_INTERVAL,
+    HEARTBEAT_INTERVAL,
+    MIGRATION_POLICY,
+    SESSION_TIMEOUT,
+)
 from connect_protocol.errors import (
     CoordinatorError,
     ErrorCode,
     FencedInstanceId,
     GroupAuthorizationFailed,
     GroupMaxSizeReached,
-    InconsistentGroupProtocol,
     PolicyViolation,
     UnknownMemberId,
     UnreleasedInstanceId,
@@ -34,8 +41,9 @@ from connect_protocol.messages import (
 from connect_protocol.resources import EMPTY, ResourceSet
 
 from .change import GroupChange
-from .conversion import convertible, to_connect
+from .conversion import convertible, maybe_downgrade, to_connect, upgrade
 from .delivery import grant, reconcile_member
+from .mixed_group import TO_CONNECT, conversion_allowed, upgrade_refused
 from .model import GroupConfigDefaults, GroupState, Member, MemberState, next_compute_request_ms
 from .records import EventType
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
@@ -143,9 +151,10 @@ class _Heartbeat:
         return self.existing()
 
     def into_classic_group(self) -> None:
-        """A connect heartbeat to a classic group (DESIGN 3.19): a join converts it if it is
-        empty (the join then proceeds on the connect group); otherwise refused. O(1) but for
-        dropping an empty group's pending ids."""
+        """A connect heartbeat to a classic group (DESIGN 3.19): a join converts it (the join
+        then proceeds on the connect group): an empty one under any policy, O(1) but for
+        dropping its pending ids; a non-empty one if its migration policy allows the upgrade,
+        O(members); otherwise INCONSISTENT_GROUP_PROTOCOL naming the policy."""
         req, change = self.req, self.change
         if req.member_epoch != JOIN_EPOCH:
             raise UnknownMemberId(
@@ -154,14 +163,11 @@ class _Heartbeat:
                 "your work and rejoin with epoch 0."
             )
         if not convertible(change):
-            count = len(self.state.members) if self.state is not None else 0
-            holds = " and holds" if change.meta.holds else ""
-            raise InconsistentGroupProtocol(
-                f"group {req.group_id!r} is a classic group with {count} member(s){holds}: "
-                "its workers use the classic protocol (JoinGroup/SyncGroup), and a connect "
-                "member may join it only once it is empty (the online migration of non-empty "
-                "groups is issue 27); join with the classic protocol, or use another group."
-            )
+            policy = change.config(MIGRATION_POLICY)
+            if not conversion_allowed(policy, TO_CONNECT):
+                raise upgrade_refused(req.group_id, policy)
+            upgrade(change)  # the classic members become members of a connect group (3.19)
+            return
         to_connect(change)
 
     # --- the three entry paths ---
@@ -193,6 +199,7 @@ class _Heartbeat:
         change.cancel((REVOCATION, member.member_id))
         change.bump_epoch("member left", member_id=member.member_id)
         change.reselect_assignor()
+        maybe_downgrade(change, "last connect-protocol member left")
         return self.result(self.response(LEAVE_EPOCH))
 
     def join(self) -> Result[HeartbeatResponse]:
@@ -200,6 +207,11 @@ class _Heartbeat:
         existing = change.member(req.member_id)
         if existing is not None:
             self.check_bound(existing.principal, f"member id {req.member_id!r}")
+            if existing.classic is not None:
+                raise UnknownMemberId(
+                    f"member id {req.member_id!r} is a classic-protocol member of group "
+                    f"{req.group_id!r}; join with a new member id."
+                )
         else:
             hold = change.hold(req.member_id)
             if hold is not None:
@@ -417,6 +429,12 @@ class _Heartbeat:
                 f"member {req.member_id!r} is not in group {req.group_id!r}; abandon your work "
                 "and rejoin with epoch 0."
             )
+        if member.classic is not None:
+            raise UnknownMemberId(
+                f"member {req.member_id!r} of group {req.group_id!r} uses the classic protocol "
+                "(JoinGroup/SyncGroup); abandon your work and rejoin with epoch 0 and a new "
+                "member id."
+            )
         if (
             req.instance_id is not None
             and member.instance_id is not None
@@ -449,6 +467,7 @@ class _Heartbeat:
         )
         change.bump_epoch("member fenced", member_id=member.member_id)
         change.reselect_assignor()
+        maybe_downgrade(change, "last connect-protocol member fenced")
         message = (
             f"member epoch {req.member_epoch} does not match the coordinator's "
             f"{member.member_epoch}; the member has been removed: abandon all connectors and "

@@ -24,6 +24,9 @@ HOLD = "hold"
 CLASSIC_JOIN = "classic-join"
 CLASSIC_SYNC = "classic-sync"
 CLASSIC_PENDING = "classic-pending"
+#: A classic-protocol member of a connect group (DESIGN 3.19): its SyncGroup after a JoinGroup,
+#: or its JoinGroup after a heartbeat answered REBALANCE_IN_PROGRESS, must come by then.
+CLASSIC_MEMBER_DEADLINE = "classic-member-deadline"
 
 TimerKey = tuple[str, str]
 """(kind, member id or ""): e.g. ("session", "w1"), ("scheduled-rebalance", "")."""
@@ -33,6 +36,9 @@ TimerKey = tuple[str, str]
 class ScheduleTimer:
     key: TimerKey
     deadline_ms: int
+    #: Arm only if the key is not armed already (a deadline that the first of several
+    #: answers starts, DESIGN 3.19).
+    unless_armed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from connect_protocol.configs import ASSIGNOR_PRINCIPALS
 
 from .model import Member
-from .selection_index import Profile, SelectionIndex, profile_of
+from .selection_index import Profile, SelectionIndex, computes, profile_of
 
 #: How many example member ids a reason names per distinct profile or range.
 _EXAMPLES = 3
@@ -189,6 +189,14 @@ def select_with(
     highest = max(hi for _, hi in ranges.values())
     covering = [p for p, rng in ranges.items() if rng == (lowest, highest)]
     version = candidates[name][1]
+    if covering and not any(computes(p) for p in covering):
+        public = (
+            f"no connect-protocol member's version range of assignor {name!r} covers every "
+            "other member's (a classic-protocol worker cannot compute); the group stays "
+            "ASSIGNING until one joins"
+        )
+        return NoSelection(public, public)
+    covering = [p for p in covering if computes(p)]
     if not covering:
         spans = _summary(group, counts, lambda p: repr("[{}-{}]".format(*ranges[p])))
         public = f"no member's version range of assignor {name!r} covers every other member's"

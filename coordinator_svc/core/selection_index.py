@@ -32,8 +32,22 @@ class _MemberLike(Protocol):
     def assignors(self) -> Sequence[_AssignorLike]: ...
 
 
+#: The mark a classic-protocol member's profile ends with (DESIGN 3.19): such a member votes and
+#: must be covered, but cannot compute (it has no Prepare or Install). An empty range, so never
+#: a candidate assignor.
+CLASSIC_MARK: Range = ("", 1, 0)
+
+
 def profile_of(member: _MemberLike) -> Profile:
-    return tuple((a.name, a.minimum_version, a.maximum_version) for a in member.assignors)
+    ranges = tuple((a.name, a.minimum_version, a.maximum_version) for a in member.assignors)
+    if getattr(member, "classic", None) is not None:
+        return (*ranges, CLASSIC_MARK)
+    return ranges
+
+
+def computes(profile: Profile) -> bool:
+    """Whether a member of `profile` can be the assignor member (a connect-protocol member)."""
+    return CLASSIC_MARK not in profile
 
 
 class _IdHeap:

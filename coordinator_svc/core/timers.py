@@ -7,10 +7,13 @@ from dataclasses import replace
 
 from .change import GroupChange
 from .classic_timers import classic_after_load, on_classic_timer
+from .conversion import maybe_downgrade
+from .mixed_group import deadline_missed
 from .model import GroupConfigDefaults, GroupState, MemberState
 from .records import EventType
 from .results import (
     ASSIGNOR,
+    CLASSIC_MEMBER_DEADLINE,
     HOLD,
     REVOCATION,
     SCHEDULED_REBALANCE,
@@ -36,6 +39,8 @@ def on_timer(
         _assignor_timed_out(change)
     elif kind == SCHEDULED_REBALANCE:
         _scheduled_rebalance(change)
+    elif kind == CLASSIC_MEMBER_DEADLINE:
+        deadline_missed(change, member_id)
     elif kind == HOLD:
         hold = change.release_hold(member_id)
         if hold is not None and now_ms >= hold.until_ms:
@@ -62,6 +67,7 @@ def _session_expired(change: GroupChange, member_id: str) -> None:
     )
     change.bump_epoch("member session expired", member_id=member_id)
     change.reselect_assignor()
+    maybe_downgrade(change, "last connect-protocol member's session expired")
 
 
 def _revocation_timed_out(change: GroupChange, member_id: str) -> None:
@@ -82,6 +88,7 @@ def _revocation_timed_out(change: GroupChange, member_id: str) -> None:
     )
     change.bump_epoch("member revocation timed out", member_id=member_id)
     change.reselect_assignor()
+    maybe_downgrade(change, "last connect-protocol member's revocation timed out")
 
 
 def _assignor_timed_out(change: GroupChange) -> None:
@@ -121,7 +128,9 @@ def timers_after_load(
     session = state.fencing_session_ms(now_ms, defaults)
     timers: list[ScheduleTimer] = []
     for m in state.members.values():
-        timers.append(ScheduleTimer((SESSION, m.member_id), now_ms + session))
+        # A classic-protocol member's own session timeout (DESIGN 3.19).
+        own = session if m.classic is None else m.classic.session_timeout_ms
+        timers.append(ScheduleTimer((SESSION, m.member_id), now_ms + own))
         if m.state is MemberState.UNREVOKED:
             timers.append(ScheduleTimer((REVOCATION, m.member_id), now_ms + m.rebalance_timeout_ms))
     meta = state.meta

@@ -52,7 +52,7 @@ class GroupTimers:
         for op in ops:
             if isinstance(op, CancelTimer):
                 self.service.cancel(group_id, op.key)
-            else:
+            elif not (op.unless_armed and self.service.deadline(group_id, op.key) is not None):
                 self.service.schedule(group_id, op.key, op.deadline_ms)
 
     def cancel_group(self, group_id: str) -> None:

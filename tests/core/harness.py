@@ -140,6 +140,8 @@ class GroupHarness:
         self.log.extend(result.records)
         for op in result.timers:
             if isinstance(op, ScheduleTimer):
+                if op.unless_armed and op.key in self.timers:
+                    continue
                 self._seq += 1
                 self.timers[op.key] = (op.deadline_ms, self._seq)
             elif isinstance(op, CancelTimer):

@@ -1,9 +1,10 @@
 """Empty conversions and cross-type refusals (issue 25 P3; DESIGN 3.19 "Empty conversions"):
 an EMPTY group with no holds (no members at all, none LEFT either) changes type keeping its
 catalogue, configurations and fencing token counter, with the group epoch and the generation one
-counter that never goes down; a connect heartbeat into a non-empty classic group is
-INCONSISTENT_GROUP_PROTOCOL naming the group's type, any other connect call on a classic group
-is refused, and a refused join converts nothing."""
+counter that never goes down; a connect join into a non-empty classic group whose migration
+policy forbids the upgrade is INCONSISTENT_GROUP_PROTOCOL naming the group's type and policy
+(the upgrade itself: tests/core/test_migration.py), any other connect call on a classic group is
+refused, and a refused join converts nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from connect_protocol.classic_messages import ClassicProtocol, ConnectWorkerMetadata
-from connect_protocol.configs import SCHEDULED_REBALANCE_MAX_DELAY_MS
+from connect_protocol.configs import MIGRATION_POLICY, SCHEDULED_REBALANCE_MAX_DELAY_MS
 from connect_protocol.errors import ErrorCode
 from coordinator_svc.core import replay
 from coordinator_svc.core.change import GroupChange
@@ -254,21 +255,31 @@ def test_a_refused_connect_join_leaves_the_empty_classic_group_classic() -> None
     assert h.state is not None and h.state.meta.group_type is GroupType.CLASSIC
 
 
-def test_a_connect_join_into_a_non_empty_classic_group_is_refused_naming_its_type() -> None:
+@pytest.mark.parametrize("policy", ["downgrade", "disabled"])
+def test_a_connect_join_into_a_non_empty_classic_group_is_refused_where_the_policy_forbids(
+    policy: str,
+) -> None:
     h = classic_group(members=2)
+    assert h.alter_configs({MIGRATION_POLICY.name: policy}).error_code == 0
     before = h.dump()
     resp = h.join("w1")
     assert resp.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    assert "classic group" in resp.error_message and "issue 27" in resp.error_message
+    assert "classic group" in resp.error_message and repr(policy) in resp.error_message
+    assert MIGRATION_POLICY.name in resp.error_message
     assert h.records_of_last_call == [] and h.dump() == before
 
 
-def test_a_connect_join_into_an_empty_classic_group_with_a_hold_is_refused() -> None:
+def test_a_connect_join_into_an_empty_classic_group_with_a_hold_upgrades_it() -> None:
+    """Not convertible as empty (a removed member may still run its held work): an upgrade,
+    which keeps the hold."""
     h = classic_group(members=0)
     run(h, lambda change: change.add_hold("gone", rs("A"), h.now_ms + 6_000))
     resp = h.join("w1")
-    assert resp.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    assert "holds" in resp.error_message and "classic" in resp.error_message
+    assert resp.error_code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT), resp
+    assert h.state is not None and h.state.meta.group_type is GroupType.CONNECT
+    assert [hold.member_id for hold in h.state.meta.holds] == ["gone"]
+    (event,) = h.last_events(EventType.GROUP_CONVERTED)
+    assert event.payload["direction"] == "to_connect"
 
 
 @pytest.mark.parametrize("epoch", [4, 1, -1])
