@@ -127,7 +127,8 @@ class _Heartbeat:
         )
 
     def result(self, response: HeartbeatResponse) -> Result[HeartbeatResponse]:
-        return Result(self.change.records(), response, self.change.timers)
+        # Wakeups: an upgrade answers the classic calls it found parked (DESIGN 3.19).
+        return self.change.result(response)
 
     def run(self) -> Result[HeartbeatResponse]:
         req = self.req

@@ -211,6 +211,10 @@ def translated_join(
     first = req.protocols[0]
     owned = owned_list(first)
     after = reconcile_member(change, member, owned)
+    if after.state is MemberState.UNREVOKED:
+        # A revocation the owned list already satisfies (an eager worker stopped everything
+        # before it joined) is acknowledged in the same call, not by one more round.
+        after = reconcile_member(change, after, owned)
     version = protocol_version(first.name) or 0
     assert after.classic is not None
     fixed = replace(
