@@ -161,9 +161,7 @@ def test_classic_heartbeats_after_the_upgrade_are_answered_without_a_write() -> 
     assert h.deadline((SESSION, "c1")) == h.now_ms + SESSION_MS
 
 
-def test_a_new_target_makes_classic_members_rejoin_and_revoke_before_the_connect_member_gets_it() -> (
-    None
-):
+def test_a_new_target_makes_classic_members_rejoin_and_revoke_before_it_is_given() -> None:
     h = upgraded()
     c1_epoch = h.member("c1").member_epoch
     h.compute("w1", {"c1": rs("A"), "c2": rs("A-1"), "w1": rs("A-0")})
