@@ -62,17 +62,18 @@ ClassicRequest = JoinGroupRequest | SyncGroupRequest | ClassicHeartbeatRequest |
 def _steady_classic_rule(req: ClassicHeartbeatRequest) -> Steady:
     """A classic heartbeat never writes and never hands out resources: worth trying outside a
     batch when its member is a classic member of the group and names the group's generation
-    (else it is an error answer, reported on the full path). O(1)."""
+    (in a connect group: its own member epoch); else it is an error answer, reported on the
+    full path. O(1)."""
 
     def worth_trying(state: GroupState | None) -> bool:
-        if state is None or not state.meta.is_classic:
+        if state is None:
             return False
         member = state.members.get(req.member_id)
-        return (
-            member is not None
-            and member.classic is not None
-            and req.generation_id == state.group_epoch
-        )
+        if member is None or member.classic is None:
+            return False
+        if not state.meta.is_classic:  # a classic member of a connect group (3.19)
+            return req.generation_id == member.member_epoch
+        return req.generation_id == state.group_epoch
 
     return Steady(lambda _response: False, worth_trying)
 
