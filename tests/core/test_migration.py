@@ -11,9 +11,10 @@ import pytest
 from connect_protocol.classic_messages import JoinGroupResponse, SyncGroupResponse
 from connect_protocol.configs import MIGRATION_POLICY
 from connect_protocol.errors import ErrorCode
-from connect_protocol.messages import Assignor
+from connect_protocol.messages import Assignor, HeartbeatRequest
 from connect_protocol.resources import ResourceSet
 from coordinator_svc.core.classic_model import ClassicState, GroupType
+from coordinator_svc.core.heartbeat import heartbeat
 from coordinator_svc.core.mixed_group import assignors_of
 from coordinator_svc.core.model import MemberState
 from coordinator_svc.core.records import EventType
@@ -426,3 +427,115 @@ def test_epochs_never_go_down_across_conversions() -> None:
     h.sleep(REBALANCE_MS)
     seen.append(h.group_epoch)
     assert seen == sorted(seen), seen
+
+
+@pytest.mark.parametrize(
+    ("policy", "downgrades"),
+    [("bidirectional", True), ("downgrade", True), ("upgrade", False), ("disabled", False)],
+)
+def test_the_downgrade_follows_the_policy(policy: str, downgrades: bool) -> None:
+    h = upgraded()
+    h.policy(policy)
+    h.leave("w1")
+    assert h.type() is (GroupType.CLASSIC if downgrades else GroupType.CONNECT)
+    # Either way the classic workers keep what they run.
+    assert h.member("c1").owned == rs("A", "A-0") and h.member("c2").owned == rs("A-1")
+
+
+def test_an_unreleased_classic_member_is_told_to_rejoin_once_what_it_waits_for_is_free() -> None:
+    h = upgraded()
+    h.join("", new_id="c3")
+    joined = h.join("c3")
+    assert isinstance(joined, JoinGroupResponse)
+    h.sync("c3", generation=joined.generation_id)
+    h.compute("w1", {"c1": rs("A"), "c2": rs("A-1"), "c3": rs("A-0"), "w1": rs()})
+    c3_epoch = h.member("c3").member_epoch
+    assert h.hb("c3", generation=c3_epoch).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    joined, _ = h.classic_round("c3", rs())
+    assert h.member("c3").state is MemberState.UNRELEASED  # A-0 is still c1's
+    epoch = h.member("c3").member_epoch
+    assert h.hb("c3", generation=epoch).error_code == ErrorCode.NONE  # nothing free yet
+    h.classic_round("c1", rs("A", "A-0"))  # told to revoke A-0
+    assert h.hb("c3", generation=epoch).error_code == ErrorCode.NONE
+    h.classic_round("c1", rs("A"))  # released
+    assert h.hb("c3", generation=epoch).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    _, synced = h.classic_round("c3", rs())
+    assert synced.assignment is not None and synced.assignment.assignment == rs("A-0")
+    assert h.member("c3").state is MemberState.STABLE
+
+
+def test_an_unrevoked_classic_member_is_told_to_rejoin() -> None:
+    h = upgraded()
+    h.compute("w1", {"c1": rs("A"), "c2": rs("A-1"), "w1": rs("A-0")})
+    joined, _ = h.classic_round("c1", rs("A", "A-0"))
+    assert h.member("c1").state is MemberState.UNREVOKED
+    assert h.hb("c1", generation=joined.generation_id).error_code == (
+        ErrorCode.REBALANCE_IN_PROGRESS
+    )
+
+
+def test_a_missed_join_deadline_after_rebalance_in_progress_removes_the_member() -> None:
+    h = upgraded()
+    h.compute("w1", {"c1": rs("A"), "c2": rs("A-1"), "w1": rs("A-0")})
+    epoch = h.member("c2").member_epoch
+    assert h.hb("c2", generation=epoch).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    h.run_for(REBALANCE_MS + 50, "w1")  # c2 keeps silent: no JoinGroup
+    assert not h.has_member("c2")
+    assert h.state is not None and [x.member_id for x in h.state.meta.holds] == ["c2"]
+    # Its work is held, not given, until the hold ends.
+    h.compute("w1", {"c1": rs("A", "A-0"), "w1": rs("A-1")})
+    h.connect_ack("w1")
+    assert "A-1" not in {str(t) for t in h.member("w1").assigned.tasks}
+
+
+@pytest.mark.parametrize("kind", ["compatible", "sessioned"])
+def test_cooperative_versions_get_revoked_and_new_work_in_connects_terms(kind: str) -> None:
+    h = MixedHarness()
+    h.put_connector("A", 2)
+    h.form(["c1", "c2"], {"c1": rs("A", "A-0"), "c2": rs("A-1")}, kind=kind)
+    h.connect_join("w1")
+    h.compute("w1", {"c1": rs("A-1"), "c2": rs("A"), "w1": rs("A-0")})
+    _, synced = h.classic_round("c1", rs("A", "A-0"), kind=kind)
+    assert synced.assignment is not None
+    assert synced.assignment.version == (1 if kind == "compatible" else 2)
+    assert synced.assignment.revoked == rs("A", "A-0")
+    assert synced.assignment.assignment == rs()  # A-1 is c2's until it releases it
+    _, synced = h.classic_round("c2", rs("A-1"), kind=kind)
+    assert synced.assignment is not None and synced.assignment.revoked == rs("A-1")
+    _, synced = h.classic_round("c2", rs(), kind=kind)
+    assert synced.assignment is not None and synced.assignment.assignment == rs()  # A: c1's
+    _, synced = h.classic_round("c1", rs(), kind=kind)
+    assert synced.assignment is not None and synced.assignment.assignment == rs("A-1")
+    _, synced = h.classic_round("c2", rs(), kind=kind)
+    assert synced.assignment is not None and synced.assignment.assignment == rs("A")
+
+
+def test_assignor_principals_choose_the_assignor_member_of_a_converted_group() -> None:
+    h = classic_group_running()
+    h.policy("bidirectional")
+    assert h.alter_configs({"assignor.principals": "User:admin"}).error_code == 0
+    resp = GroupHarness.heartbeat(
+        h, "w1", 0, owned=rs(), rebalance_timeout_ms=REBALANCE_MS, assignors=SESSIONED
+    )
+    assert resp.error_code == ErrorCode.NONE  # converted, but w1 may not compute
+    assert h.type() is GroupType.CONNECT
+    assert h.state is not None and h.state.meta.assignor_member_id is None
+    # A member of a listed principal joins: it computes.
+    joined = h._run(
+        lambda st: heartbeat(
+            st,
+            HeartbeatRequest(
+                group_id=h.group_id,
+                member_id="w2",
+                member_epoch=0,
+                rebalance_timeout_ms=REBALANCE_MS,
+                client_assignors=SESSIONED,
+                owned=rs(),
+            ),
+            h.now_ms,
+            h.defaults,
+            principal="User:admin",
+        )
+    )
+    assert joined.error_code == ErrorCode.COMPUTE_ASSIGNMENT
+    assert h.state is not None and h.state.meta.assignor_member_id == "w2"
