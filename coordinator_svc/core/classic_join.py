@@ -99,10 +99,11 @@ class _Join:
                 )
             change.set_meta(group_type=GroupType.CLASSIC, classic=ClassicGroupMeta())
         elif not self.state.meta.is_classic:
-            if not conversion.convertible(self.change):
+            if conversion.convertible(change):
+                conversion.to_classic(change)
+            elif not conversion.downgrade_for_classic_join(change):
                 # Classic members of a connect group (DESIGN 3.19): the call is translated.
                 return mixed_group.translated_join(change, req, self.principal, self.new_member_id)
-            conversion.to_classic(change)
         if not req.member_id:
             return self.hand_out_member_id()
         pending = change.round.pending(req.member_id)

@@ -209,6 +209,23 @@ def downgrade_due(change: GroupChange) -> bool:
     )
 
 
+def downgrade_for_classic_join(change: GroupChange) -> bool:
+    """Before a classic JoinGroup into a connect group that is not convertible as empty (it has
+    holds) and has no connect-protocol member: downgrade it if the policy allows, so that the
+    join proceeds on a classic group (else the join would make a connect group nobody can
+    compute for). Whether it did."""
+    from connect_protocol.configs import MIGRATION_POLICY
+
+    from .mixed_group import conversion_allowed
+
+    if change.meta.is_classic or change.classic_member_count() != change.member_count():
+        return False
+    if not conversion_allowed(change.config(MIGRATION_POLICY), TO_CLASSIC):
+        return False
+    downgrade(change, "a classic worker joined a connect group without connect members")
+    return True
+
+
 def maybe_downgrade(change: GroupChange, reason: str) -> bool:
     """Downgrade the group if it is due (`downgrade_due`); whether it did."""
     if not downgrade_due(change):
@@ -230,7 +247,7 @@ def downgrade(change: GroupChange, reason: str) -> None:
         raise IllegalStateError(f"group {change.group_id!r} is already classic")
     epoch = change.group_epoch
     members = sorted(change.members().values(), key=lambda m: m.member_id)
-    if not members or any(m.classic is None for m in members):
+    if any(m.classic is None for m in members):
         raise IllegalStateError(f"group {change.group_id!r} has connect-protocol members")
     for member in members:
         assert member.classic is not None
@@ -244,10 +261,11 @@ def downgrade(change: GroupChange, reason: str) -> None:
         )
     _emptied_target(change, epoch)
     _no_computation(change)
-    protocol = vote(members)
+    protocol = vote(members) if members else None
+    state = ClassicState.STABLE if members else ClassicState.EMPTY  # EMPTY: holds only
     change.set_meta(
         group_type=GroupType.CLASSIC,
-        classic=ClassicGroupMeta(ClassicState.STABLE, protocol_name=protocol),
+        classic=ClassicGroupMeta(state, protocol_name=protocol),
     )
     change.event(
         EventType.GROUP_CONVERTED,

@@ -121,8 +121,9 @@ def upgrade_refused(group_id: str, policy: str) -> InconsistentGroupProtocol:
 def classic_join_refused(group_id: str, policy: str) -> InconsistentGroupProtocol:
     """A classic join to a non-empty connect group whose policy is `disabled` (KAFKA-20640)."""
     return InconsistentGroupProtocol(
-        f"group {group_id!r} is a connect group with members, and its {MIGRATION_POLICY.name} "
-        f"is {policy!r}, which admits no classic-protocol worker to it: join with the connect "
+        f"group {group_id!r} is a connect group that is not empty (it has members or held "
+        f"work), and its {MIGRATION_POLICY.name} is {policy!r}, which admits no "
+        "classic-protocol worker to it: join with the connect "
         f"protocol, or set the policy to {MIGRATION_BIDIRECTIONAL!r}, {MIGRATION_UPGRADE!r} or "
         f"{MIGRATION_DOWNGRADE!r} (coordinator-svc alter-configs)."
     )

@@ -539,3 +539,36 @@ def test_assignor_principals_choose_the_assignor_member_of_a_converted_group() -
     )
     assert joined.error_code == ErrorCode.COMPUTE_ASSIGNMENT
     assert h.state is not None and h.state.meta.assignor_member_id == "w2"
+
+
+def test_a_classic_join_into_a_connect_group_holding_only_held_work_downgrades_it() -> None:
+    """Not empty (a fenced member's work is held), but no connect member to compute: the join
+    proceeds on a classic group, the hold kept; under a policy without downgrades the group
+    stays connect, and the classic worker is refused (no connect member covers it: nobody
+    could compute for it)."""
+    for policy, expected in (("bidirectional", GroupType.CLASSIC), ("upgrade", GroupType.CONNECT)):
+        h = connect_group_running()
+        h.policy(policy)
+        epoch = h.member("w1").member_epoch
+        assert h.heartbeat("w1", epoch + 3).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        assert h.state is not None and not h.state.members and h.state.meta.holds
+        h.join("", new_id="c1")
+        answer = h.join("c1")
+        assert h.type() is expected, policy
+        assert h.state is not None and [x.member_id for x in h.state.meta.holds] == ["w1"]
+        if expected is GroupType.CLASSIC:
+            assert isinstance(answer, Parked)  # the classic join phase
+        else:
+            assert isinstance(answer, JoinGroupResponse)
+            assert answer.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+            assert "cannot compute" in answer.error_message
+
+
+def test_a_protocol_list_change_bumps_the_epoch_and_a_url_change_does_not() -> None:
+    h = upgraded()
+    epoch = h.group_epoch
+    h.join("c1", allocation=rs("A", "A-0"), url="http://elsewhere:8083")
+    assert h.group_epoch == epoch and h.member("c1").url == "http://elsewhere:8083"
+    h.join("c1", allocation=rs("A", "A-0"), kind="compatible")
+    assert h.group_epoch == epoch + 1
+    assert h.member("c1").assignors == assignors_of(protocols("compatible"))
