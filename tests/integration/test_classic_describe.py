@@ -17,7 +17,11 @@ import pytest
 from connect.group.v1 import admin_pb2, coordinator_pb2
 
 from connect_protocol.classic_messages import ClassicProtocol, ConnectWorkerMetadata
-from connect_protocol.configs import SCHEDULED_REBALANCE_MAX_DELAY_MS, SESSION_TIMEOUT_MS
+from connect_protocol.configs import (
+    MIGRATION_POLICY,
+    SCHEDULED_REBALANCE_MAX_DELAY_MS,
+    SESSION_TIMEOUT_MS,
+)
 from connect_protocol.errors import ErrorCode
 from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core.change import GroupChange
@@ -217,11 +221,19 @@ def test_alter_configs_on_a_classic_group_refuses_keys_that_do_not_apply(
 def test_connect_calls_on_a_non_empty_classic_group_are_refused(
     coordinator: InProcessCoordinator,
 ) -> None:
+    """A connect join would convert it (issue 27) unless its migration policy forbids that."""
     stubs = coordinator.stubs
     assert stubs is not None
+    altered = stubs.admin.AlterGroupConfigs(
+        admin_pb2.AlterGroupConfigsRequest(
+            group_id=CLASSIC, set={MIGRATION_POLICY.name: "disabled"}
+        ),
+        timeout=10,
+    )
+    assert altered.error_code == 0, altered.error_message
     joined = ScriptedWorker(stubs, CLASSIC, "w1").join()
     assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    assert "classic group" in joined.error_message
+    assert "classic group" in joined.error_message and "'disabled'" in joined.error_message
     steady = ScriptedWorker(stubs, CLASSIC, "c1").heartbeat(epoch=4)
     assert steady.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     prepared = stubs.coordinator.ConnectGroupPrepareAssignment(
