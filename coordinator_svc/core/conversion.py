@@ -13,6 +13,7 @@ once per conversion; `mixed_group.py` holds the policy that allows them.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 from types import MappingProxyType
 
 from connect_protocol.classic_messages import JoinGroupResponse
@@ -99,13 +100,7 @@ def to_classic(change: GroupChange) -> None:
     _emptied_target(change, epoch)
     _no_computation(change)
     change.set_meta(group_type=GroupType.CLASSIC, classic=ClassicGroupMeta(ClassicState.EMPTY))
-    change.event(
-        EventType.GROUP_CONVERTED,
-        direction=TO_CLASSIC,
-        group_epoch_before=epoch,
-        generation=epoch,
-        members={GroupType.CLASSIC.value: 0, GroupType.CONNECT.value: 0},
-    )
+    _converted(change, TO_CLASSIC, epoch)
 
 
 def to_connect(change: GroupChange) -> None:
@@ -122,13 +117,7 @@ def to_connect(change: GroupChange) -> None:
     change.set_meta(group_type=GroupType.CONNECT, classic=None, group_epoch=epoch)
     _emptied_target(change, epoch)
     _no_computation(change)
-    change.event(
-        EventType.GROUP_CONVERTED,
-        direction=TO_CONNECT,
-        group_epoch_before=generation,
-        generation=generation,
-        members={GroupType.CLASSIC.value: 0, GroupType.CONNECT.value: 0},
-    )
+    _converted(change, TO_CONNECT, generation)
 
 
 # --- conversions of non-empty groups (issue 27) ---------------------------------------------
@@ -182,14 +171,7 @@ def upgrade(change: GroupChange) -> None:
         TargetAssignment(assignment_epoch=epoch, members=MappingProxyType(shares)), None
     )
     _no_computation(change)
-    change.event(
-        EventType.GROUP_CONVERTED,
-        direction=TO_CONNECT,
-        group_epoch_before=generation,
-        generation=generation,
-        classic_state=classic.state.value,
-        members=counts,
-    )
+    _converted(change, TO_CONNECT, generation, counts, classic_state=classic.state.value)
 
 
 def downgrade_due(change: GroupChange) -> bool:
@@ -267,15 +249,30 @@ def downgrade(change: GroupChange, reason: str) -> None:
         group_type=GroupType.CLASSIC,
         classic=ClassicGroupMeta(state, protocol_name=protocol),
     )
-    change.event(
-        EventType.GROUP_CONVERTED,
-        direction=TO_CLASSIC,
-        group_epoch_before=epoch,
-        generation=epoch,
-        protocol=protocol,
-        members={GroupType.CLASSIC.value: len(members), GroupType.CONNECT.value: 0},
+    _converted(
+        change, TO_CLASSIC, epoch, {GroupType.CLASSIC.value: len(members)}, protocol=protocol
     )
     prepare_rebalance(change, reason)
+
+
+def _converted(
+    change: GroupChange,
+    direction: str,
+    generation: int,
+    counts: dict[str, int] | None = None,
+    **details: Any,
+) -> None:
+    """GROUP_CONVERTED: the direction, the generation (= the group epoch before), the members
+    per protocol (`counts`, the others 0) and `details`."""
+    members = {GroupType.CLASSIC.value: 0, GroupType.CONNECT.value: 0, **(counts or {})}
+    change.event(
+        EventType.GROUP_CONVERTED,
+        direction=direction,
+        group_epoch_before=generation,
+        generation=generation,
+        members=members,
+        **details,
+    )
 
 
 def _drop_round(change: GroupChange) -> None:
