@@ -21,6 +21,11 @@ So a burst of releases costs at most one extra heartbeat per gap. The end of the
 (`work_stopped`) is acknowledged at once, as before. Stops for any other reason (eager, leaving,
 lost membership, a fatal error) take no partial releases: they are acknowledged when done.
 
+Fatal errors (`FATAL_ERRORS`): stop everything, then LEFT with `fatal` saying why; the agent
+exits. Among them the configuration errors of a join (`CONFIGURATION_ERRORS`, DESIGN 3.19):
+INCONSISTENT_GROUP_PROTOCOL (the group's migration policy refuses the connect protocol) and
+UNSUPPORTED_VERSION (group.version 0), never retried, their log lines saying what to do.
+
 Fencing tokens (DESIGN 3.18): the machine keeps the token of every resource it is assigned or
 runs (`tokens`), replaced by the tokens each new assignment carries and kept for resources an
 assignment without a token for them keeps; `StartWork` and `StopWork` carry their resources' tokens.
@@ -31,6 +36,7 @@ Times are milliseconds of a monotonic clock the runtime passes in.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from connect_protocol.configs import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
@@ -55,6 +61,23 @@ MAX_RETRY_BACKOFF_MS = 2_000
 FIND_COORDINATOR_ERRORS = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
 )
+#: Refusals of a join that only an operator can resolve (DESIGN 3.19, "Feature flag" and
+#: "Migration policy"), with what to do, which the fatal error's log lines carry. The coordinator
+#: checks both on a join (epoch 0) only, so an admitted member's heartbeat never gets them; were
+#: one to, it is fatal all the same (the group or the cluster no longer serves this protocol).
+CONFIGURATION_ERRORS: dict[ErrorCode, str] = {
+    ErrorCode.UNSUPPORTED_VERSION: (
+        "the cluster feature group.version is at level 0, which admits no new connect-protocol "
+        "member: run this worker with --group-protocol classic, or raise group.version to 1 "
+        "(coordinator-svc features update --feature group.version --level 1)"
+    ),
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (
+        "the group's group.protocol.migration.policy does not let a connect-protocol worker "
+        "join it: change the policy (coordinator-svc alter-configs GROUP --set "
+        "group.protocol.migration.policy=upgrade, or bidirectional), or run this worker with "
+        "--group-protocol classic"
+    ),
+}
 #: Errors after which this process must not carry on: stop everything and exit, loudly.
 FATAL_ERRORS = frozenset(
     {
@@ -64,9 +87,17 @@ FATAL_ERRORS = frozenset(
         ErrorCode.INVALID_GROUP_ID,
         ErrorCode.GROUP_AUTHORIZATION_FAILED,
         ErrorCode.POLICY_VIOLATION,
+        *CONFIGURATION_ERRORS,
     }
 )
 REJOIN_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
+
+
+def with_fix(why: str, code: ErrorCode, fixes: Mapping[ErrorCode, str]) -> str:
+    """Why a fatal refusal stops the agent (`why`: the code and the coordinator's message) and,
+    for a configuration error, what the operator should do."""
+    fix = fixes.get(code)
+    return f"{why} [configuration error: {fix}]" if fix else why
 
 
 class Phase(enum.Enum):
@@ -166,7 +197,8 @@ class Membership:
     session_timeout_ms: int = 0
     #: When the request of the last successful response was sent (the self-fencing clock).
     last_success_sent_ms: int | None = None
-    #: Why the agent must exit without rejoining (FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR).
+    #: Why the agent must exit without rejoining (FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, a
+    #: configuration error: see `with_fix`).
     fatal: str | None = None
     notices: list[Notice] = field(default_factory=list)
 
@@ -266,7 +298,7 @@ class Membership:
         elif code in REJOIN_ERRORS:
             self._lose_membership(f"{code.name}: {resp.error_message}")
         elif code in FATAL_ERRORS:
-            self._fatal(f"{code.name}: {resp.error_message}")
+            self._fatal(with_fix(f"{code.name}: {resp.error_message}", code, CONFIGURATION_ERRORS))
         elif code in FIND_COORDINATOR_ERRORS:
             self._find_requested = f"{code.name}: {resp.error_message}"
             self._retry_later(f"{code.name}: {resp.error_message}", level="info")

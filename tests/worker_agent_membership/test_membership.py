@@ -749,6 +749,96 @@ def test_a_join_refused_for_good_is_not_retried_unchanged(code: ErrorCode) -> No
     assert any(n.level == "error" for n in d.m.drain_notices())
 
 
+# --- configuration errors of a join (DESIGN 3.19: migration policy, group.version) -------------
+
+#: The coordinator's messages (coordinator_svc/core/mixed_group.py, "Feature flag" in DESIGN 3.19).
+REFUSALS = {
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (
+        "group 'g' is a classic group with members, and its group.protocol.migration.policy is "
+        "'downgrade', which does not allow converting it to the connect protocol"
+    ),
+    ErrorCode.UNSUPPORTED_VERSION: "group.version is 0: no new connect-protocol member",
+}
+#: What the agent tells the operator to do, per code.
+FIXES = {
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (
+        "change the policy (coordinator-svc alter-configs GROUP --set "
+        "group.protocol.migration.policy=upgrade, or bidirectional), or run this worker with "
+        "--group-protocol classic"
+    ),
+    ErrorCode.UNSUPPORTED_VERSION: (
+        "run this worker with --group-protocol classic, or raise group.version to 1 "
+        "(coordinator-svc features update --feature group.version --level 1)"
+    ),
+}
+CONFIGURATION_CODES = list(REFUSALS)
+
+
+def assert_says_what_to_do(d: Driver, code: ErrorCode) -> None:
+    """The fatal reason (the agent's exit line) and the one ERROR notice name the code, the
+    coordinator's message and the fix."""
+    assert d.m.fatal is not None
+    assert d.m.fatal.startswith(f"{code.name}: {REFUSALS[code]} [configuration error: ")
+    assert d.m.fatal.endswith(FIXES[code] + "]"), d.m.fatal
+    errors = [n.message for n in d.m.drain_notices() if n.level == "error"]
+    assert len(errors) == 1 and d.m.fatal in errors[0], errors
+
+
+@pytest.mark.parametrize("code", CONFIGURATION_CODES)
+def test_a_join_refused_as_a_configuration_error_is_fatal_and_never_retried(
+    code: ErrorCode,
+) -> None:
+    d = Driver.new()
+    only_heartbeat(d.poll(0))
+    d.answer(error(code, REFUSALS[code]), at=5)
+    assert d.poll(5) == []  # nothing runs, nothing to stop: done at once
+    assert d.m.phase is Phase.LEFT  # the agent exits
+    assert_says_what_to_do(d, code)
+    assert heartbeats(d.poll_until(5 + 3 * SESSION, step=50)) == []
+    assert len(d.sent) == 1
+
+
+@pytest.mark.parametrize("code", CONFIGURATION_CODES)
+def test_a_rejoin_refused_as_a_configuration_error_exits_after_stopping_everything(
+    code: ErrorCode,
+) -> None:
+    """Membership lost while running work: everything is stopped before the rejoin, and the
+    refused rejoin then ends the agent (no second rejoin, nothing started again)."""
+    d = joined(rs("A", "A-0", "B"), epoch=4)
+    only_heartbeat(d.poll(INTERVAL))
+    d.answer(error(ErrorCode.FENCED_MEMBER_EPOCH))
+    d.poll()
+    assert d.stopped().reason == "membership lost"
+    rejoin = only_heartbeat(d.poll())
+    assert rejoin.member_epoch == JOIN_EPOCH
+    d.answer(error(code, REFUSALS[code]))
+    assert d.poll() == []
+    assert d.m.phase is Phase.LEFT and d.running == EMPTY and not d.m.ready
+    assert_says_what_to_do(d, code)
+    assert heartbeats(d.poll_until(d.now + 3 * SESSION, step=50)) == []
+    joins = [req for _, req in d.sent if req.member_epoch == JOIN_EPOCH]
+    assert len(joins) == 2  # the first join and the refused rejoin: never another
+    assert len([a for _, a in d.log if isinstance(a, StartWork)]) == 1  # nothing started again
+
+
+@pytest.mark.parametrize("code", CONFIGURATION_CODES)
+def test_a_configuration_error_answered_to_an_admitted_member_stops_its_work_and_exits(
+    code: ErrorCode,
+) -> None:
+    """The coordinator checks both on a join only; were a member's heartbeat answered so, it is
+    fatal too: everything is stopped (no heartbeat meanwhile), then the agent exits."""
+    d = joined(rs("A", "A-0"), epoch=3)
+    only_heartbeat(d.poll(INTERVAL))
+    d.answer(error(code, REFUSALS[code]))
+    assert of_type(d.poll(), StopWork) == [StopWork(rs("A", "A-0"), JOIN_EPOCH, "fatal error")]
+    assert_says_what_to_do(d, code)
+    assert heartbeats(d.poll_until(d.now + SESSION, step=50)) == []
+    assert d.m.phase is Phase.STOPPING
+    d.stopped()
+    assert d.poll() == [] and d.m.phase is Phase.LEFT
+    assert heartbeats(d.poll_until(d.now + 3 * SESSION, step=50)) == []
+
+
 # --- coordinator moves ----------------------------------------------------------------------------
 
 
