@@ -445,6 +445,64 @@ def test_fatal_errors_stop_everything_then_leave_the_agent_to_exit(code: ErrorCo
     assert m.poll(112) == [] and m.phase is ClassicPhase.LEFT and m.fatal
 
 
+#: What the classic agent tells the operator to do, per configuration error (DESIGN 3.19).
+FIXES = {
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (
+        "change the policy (coordinator-svc alter-configs GROUP --set "
+        "group.protocol.migration.policy=bidirectional) or run this worker with "
+        "--group-protocol connect; if the protocols do not fit the group's, change --protocol"
+    ),
+    ErrorCode.UNSUPPORTED_VERSION: (
+        "run this worker with --group-protocol connect, or point it at a coordinator that "
+        "serves the classic protocol"
+    ),
+}
+
+
+def assert_says_what_to_do(m: ClassicMembership, code: ErrorCode, message: str) -> None:
+    """The fatal reason (the agent's exit line) and the one ERROR notice name the call, the
+    code, the coordinator's message and the fix."""
+    assert m.fatal is not None
+    assert m.fatal.startswith(f"JoinGroup: {code.name}: {message} [configuration error: ")
+    assert m.fatal.endswith(FIXES[code] + "]"), m.fatal
+    errors = [n.message for n in m.drain_notices() if n.level == "error"]
+    assert len(errors) == 1 and m.fatal in errors[0], errors
+
+
+@pytest.mark.parametrize("code", list(FIXES))
+def test_a_first_join_refused_as_a_configuration_error_exits_without_retrying(
+    code: ErrorCode,
+) -> None:
+    """A classic worker joining a non-empty connect group whose migration policy is `disabled`
+    (INCONSISTENT_GROUP_PROTOCOL), or a coordinator that does not serve the call
+    (UNSUPPORTED_VERSION; not this product's, which always serves classic): nothing runs, so
+    the machine is done at once, and never sends another JoinGroup."""
+    m = ClassicMembership(config())
+    one(m.poll(0), SendJoinGroup)
+    m.on_join_response(JoinGroupResponse(code, "refused: policy disabled"), 5)
+    assert m.poll(5) == [] and m.phase is ClassicPhase.LEFT
+    assert_says_what_to_do(m, code, "refused: policy disabled")
+    assert all(m.poll(t) == [] for t in range(5, 5 + 3 * SESSION_MS, 10))
+
+
+@pytest.mark.parametrize("code", list(FIXES))
+def test_a_rejoin_refused_as_a_configuration_error_stops_the_work_kept_then_exits(
+    code: ErrorCode,
+) -> None:
+    """A cooperative worker keeps its work across a rejoin (onJoinPrepare revokes nothing): a
+    refused rejoin stops it all (no JoinGroup, no heartbeat meanwhile), then the agent exits."""
+    m = stable("sessioned", C1)
+    answer_heartbeat(m, INTERVAL_MS, ErrorCode.REBALANCE_IN_PROGRESS)
+    one(m.poll(INTERVAL_MS), SendJoinGroup)
+    m.on_join_response(JoinGroupResponse(code, "no"), INTERVAL_MS + 1)
+    assert_says_what_to_do(m, code, "no")
+    actions = m.poll(INTERVAL_MS + 1)
+    assert actions == [StopWork(C1, 1, "fatal error")]  # under the generation it ran in
+    assert all(m.poll(t) == [] for t in range(INTERVAL_MS + 1, 3 * SESSION_MS, 10))
+    m.work_stopped(C1, 3 * SESSION_MS)
+    assert m.poll(3 * SESSION_MS) == [] and m.phase is ClassicPhase.LEFT and not m.running
+
+
 def test_failed_heartbeats_back_off_exponentially() -> None:
     """Heartbeat.failHeartbeat: ExponentialBackoff(retry.backoff.ms, 2, retry.backoff.max.ms)."""
     m = stable("sessioned", C1)

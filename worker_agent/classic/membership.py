@@ -49,9 +49,11 @@ The rules, each with what it follows:
   retriable errors: retry after `retry_backoff_ms` (`joinGroupIfNeeded`'s `timer.sleep`).
   INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, INVALID_GROUP_ID,
   GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, FENCED_INSTANCE_ID,
-  POLICY_VIOLATION are fatal (Connect's herder thread dies on them: `DistributedHerder.run`):
-  stop everything, then exit. Departure: UNKNOWN_SERVER_ERROR and unknown codes are retried with
-  backoff, not fatal (Kafka throws a KafkaException); the coordinator's are transient.
+  POLICY_VIOLATION, UNSUPPORTED_VERSION are fatal (Connect's herder thread dies on them:
+  `DistributedHerder.run`): stop everything, then exit; for INCONSISTENT_GROUP_PROTOCOL and
+  UNSUPPORTED_VERSION, configuration errors, the log lines say what to do. Departure:
+  UNKNOWN_SERVER_ERROR and unknown codes are retried with backoff, not fatal (Kafka throws a
+  KafkaException); the coordinator's are transient.
 - Heartbeats (`AbstractCoordinator.HeartbeatThread`, `Heartbeat`): every `heartbeat_interval_ms`
   from the previous send, while waiting for the SyncGroup and when STABLE; a failed one is retried
   after `retry_backoff_ms * 2^attempts` capped at `retry_backoff_max_ms` (Kafka's
@@ -106,11 +108,12 @@ from connect_protocol.errors import ErrorCode
 from connect_protocol.resources import EMPTY, ResourceSet
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
-from ..membership import FindCoordinator, Notice, StartWork, StopWork
+from ..membership import FindCoordinator, Notice, StartWork, StopWork, with_fix
 from .leader import ClassicLeader
 from .values import DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS
 
 __all__ = [
+    "CONFIGURATION_ERRORS",
     "FATAL_ERRORS",
     "JOIN_GROUP_TIMEOUT_LAPSE_MS",
     "NO_GENERATION",
@@ -136,10 +139,25 @@ PROTOCOL_LISTS: dict[str, tuple[str, ...]] = {
     "compatible": ("compatible", "default"),
     "sessioned": ("sessioned", "compatible", "default"),
 }
+#: Refusals only an operator can resolve, with what to do, which the fatal error's log lines
+#: carry (DESIGN 3.19, "Migration policy" and "Feature flag").
+CONFIGURATION_ERRORS: dict[ErrorCode, str] = {
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (
+        "the group does not take this worker's classic protocol (the message says why): if its "
+        "group.protocol.migration.policy admits no classic worker, change the policy "
+        "(coordinator-svc alter-configs GROUP --set group.protocol.migration.policy="
+        "bidirectional) or run this worker with --group-protocol connect; if the protocols do "
+        "not fit the group's, change --protocol"
+    ),
+    ErrorCode.UNSUPPORTED_VERSION: (
+        "the coordinator does not serve this call's version (a Kafka-compatible coordinator "
+        "without Connect's classic group protocol): run this worker with --group-protocol "
+        "connect, or point it at a coordinator that serves the classic protocol"
+    ),
+}
 #: Errors after which the worker cannot stay: stop everything and exit.
 FATAL_ERRORS = frozenset(
     {
-        ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
         ErrorCode.INVALID_SESSION_TIMEOUT,
         ErrorCode.INVALID_GROUP_ID,
         ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -147,6 +165,7 @@ FATAL_ERRORS = frozenset(
         ErrorCode.INVALID_REQUEST,
         ErrorCode.FENCED_INSTANCE_ID,
         ErrorCode.POLICY_VIOLATION,
+        *CONFIGURATION_ERRORS,
     }
 )
 _COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
@@ -545,7 +564,8 @@ class ClassicMembership:
             else:
                 self._heartbeat_attempts = 0  # stale: "ignoring the error"
         elif code in FATAL_ERRORS:
-            self._fatal(f"Heartbeat: {code.name}: {resp.error_message}")
+            why = f"Heartbeat: {code.name}: {resp.error_message}"
+            self._fatal(with_fix(why, code, CONFIGURATION_ERRORS))
         else:
             if code in _COORDINATOR_ERRORS:
                 self._coordinator_unknown(f"Heartbeat: {code.name}")
@@ -692,7 +712,7 @@ class ClassicMembership:
         """A JoinGroup or SyncGroup that failed otherwise: fatal, or retried after the backoff
         (joinGroupIfNeeded's `timer.sleep(retryBackoffMs)`)."""
         if code in FATAL_ERRORS:
-            self._fatal(why)
+            self._fatal(with_fix(why, code, CONFIGURATION_ERRORS))
             return
         if code in _COORDINATOR_ERRORS:
             self._coordinator_unknown(why)
