@@ -43,6 +43,21 @@ const ASSIGNOR = {
 const SUCCESS = new Set(['NONE', 'COMPUTE_ASSIGNMENT']);
 /** Heartbeat: not (or no longer) a member. Stop everything, rejoin at epoch 0. */
 const REJOIN = new Set(['FENCED_MEMBER_EPOCH', 'UNKNOWN_MEMBER_ID']);
+/**
+ * Configuration errors of a join (DESIGN 3.19): what the operator should do, on the `fatal` line.
+ * This client speaks the connect protocol only.
+ */
+const CONFIGURATION_ERRORS = {
+  INCONSISTENT_GROUP_PROTOCOL:
+    "the group's group.protocol.migration.policy does not let a connect-protocol worker join " +
+    'it: change the policy (coordinator-svc alter-configs GROUP --set ' +
+    'group.protocol.migration.policy=upgrade, or bidirectional), or run classic-protocol ' +
+    'workers in this group instead',
+  UNSUPPORTED_VERSION:
+    'the cluster feature group.version is at level 0, which admits no new connect-protocol ' +
+    'member: raise it to 1 (coordinator-svc features update --feature group.version --level 1), ' +
+    'or run classic-protocol workers instead',
+};
 /** Retrying unchanged cannot help: stop everything and exit (code 3). */
 const FATAL = new Set([
   'FENCED_INSTANCE_ID',
@@ -50,6 +65,7 @@ const FATAL = new Set([
   'INVALID_GROUP_ID',
   'INVALID_REQUEST',
   'GROUP_AUTHORIZATION_FAILED',
+  ...Object.keys(CONFIGURATION_ERRORS),
 ]);
 /** Another (or no) process serves the group: FindCoordinator, reconnect, retry. */
 const FIND = new Set(['NOT_COORDINATOR', 'COORDINATOR_NOT_AVAILABLE']);
@@ -400,8 +416,10 @@ class Worker {
     } else if (REJOIN.has(code)) {
       this.loseMembership(`${code}: ${resp.error_message}`);
     } else if (FATAL.has(code)) {
-      this.log('fatal', { error_code: code, error_message: resp.error_message });
+      const fix = CONFIGURATION_ERRORS[code]; // undefined for the others: no `fix` key
+      this.log('fatal', { error_code: code, error_message: resp.error_message, fix });
       this.fatal = `${code}: ${resp.error_message}`;
+      if (fix) this.fatal += ` [configuration error: ${fix}]`;
       this.phase = 'FATAL';
       this.assigned = new Set();
     } else if (FIND.has(code)) {
@@ -657,6 +675,6 @@ function main(argv) {
   );
 }
 
-module.exports = { Worker, ASSIGNOR, loadServices, tokensFrom, tokensJson };
+module.exports = { Worker, ASSIGNOR, CONFIGURATION_ERRORS, loadServices, tokensFrom, tokensJson };
 
 if (require.main === module) main(process.argv.slice(2));
