@@ -13,8 +13,8 @@ once per conversion; `mixed_group.py` holds the policy that allows them.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 from types import MappingProxyType
+from typing import Any
 
 from connect_protocol.classic_messages import JoinGroupResponse
 from connect_protocol.errors import ErrorCode
