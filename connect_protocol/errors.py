@@ -32,6 +32,7 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79  # classic groups: a signal carrying the member id to rejoin with
     GROUP_MAX_SIZE_REACHED = 81
     THROTTLING_QUOTA_EXCEEDED = 89
+    INVALID_UPDATE_VERSION = 95  # UpdateFeatures: unknown feature or level (DESIGN 3.19)
     FENCED_INSTANCE_ID = 82
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
@@ -153,6 +154,13 @@ class UnsupportedVersion(CoordinatorError):
     which a worker does not retry; it joins with the classic protocol instead."""
 
     code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class InvalidUpdateVersion(CoordinatorError):
+    """UpdateFeatures names a feature this release does not know, or a level outside the range
+    it serves (DescribeFeatures shows both); nothing was changed."""
+
+    code = ErrorCode.INVALID_UPDATE_VERSION
 
 
 class MemberIdRequired(CoordinatorError):

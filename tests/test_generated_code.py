@@ -157,6 +157,8 @@ SERVICES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("ListAcls", "ListAclsRequest", "ListAclsResponse"),
             ("AddAcl", "AddAclRequest", "AddAclResponse"),
             ("RemoveAcl", "RemoveAclRequest", "RemoveAclResponse"),
+            ("DescribeFeatures", "DescribeFeaturesRequest", "DescribeFeaturesResponse"),
+            ("UpdateFeatures", "UpdateFeaturesRequest", "UpdateFeaturesResponse"),
         ],
     ),
     "classic": (
@@ -224,6 +226,7 @@ ERROR_CODES = {
     "MEMBER_ID_REQUIRED": 79,
     "GROUP_MAX_SIZE_REACHED": 81,
     "THROTTLING_QUOTA_EXCEEDED": 89,
+    "INVALID_UPDATE_VERSION": 95,
     "FENCED_INSTANCE_ID": 82,
     "FENCED_MEMBER_EPOCH": 110,
     "UNRELEASED_INSTANCE_ID": 111,
@@ -497,6 +500,30 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "ErrorCode error_code = 1",
             "string error_message = 2",
             "bool changed = 3",
+        ],
+        "DescribeFeaturesRequest": [],
+        "DescribeFeaturesResponse": [
+            "ErrorCode error_code = 1",
+            "string error_message = 2",
+            "repeated DescribedFeature features = 3",
+        ],
+        "DescribedFeature": [
+            "string name = 1",
+            "int32 finalized_level = 2",
+            "int32 min_supported_level = 3",
+            "int32 max_supported_level = 4",
+        ],
+        "UpdateFeaturesRequest": [
+            "string feature = 1",
+            "int32 level = 2",
+            "bool validate_only = 3",
+        ],
+        "UpdateFeaturesResponse": [
+            "ErrorCode error_code = 1",
+            "string error_message = 2",
+            "int32 previous_level = 3",
+            "int32 finalized_level = 4",
+            "bool changed = 5",
         ],
     },
     "classic": {

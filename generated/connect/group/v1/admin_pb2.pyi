@@ -7,6 +7,56 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class DescribeFeaturesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeFeaturesResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "features")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    features: _containers.RepeatedCompositeFieldContainer[DescribedFeature]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., features: _Optional[_Iterable[_Union[DescribedFeature, _Mapping]]] = ...) -> None: ...
+
+class DescribedFeature(_message.Message):
+    __slots__ = ("name", "finalized_level", "min_supported_level", "max_supported_level")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FINALIZED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MIN_SUPPORTED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_SUPPORTED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    finalized_level: int
+    min_supported_level: int
+    max_supported_level: int
+    def __init__(self, name: _Optional[str] = ..., finalized_level: _Optional[int] = ..., min_supported_level: _Optional[int] = ..., max_supported_level: _Optional[int] = ...) -> None: ...
+
+class UpdateFeaturesRequest(_message.Message):
+    __slots__ = ("feature", "level", "validate_only")
+    FEATURE_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    feature: str
+    level: int
+    validate_only: bool
+    def __init__(self, feature: _Optional[str] = ..., level: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class UpdateFeaturesResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "previous_level", "finalized_level", "changed")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    FINALIZED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    previous_level: int
+    finalized_level: int
+    changed: bool
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., previous_level: _Optional[int] = ..., finalized_level: _Optional[int] = ..., changed: _Optional[bool] = ...) -> None: ...
+
 class AclEntry(_message.Message):
     __slots__ = ("principal", "operation", "resource_type", "pattern_type", "pattern", "permission")
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]

@@ -80,6 +80,16 @@ class ConnectGroupAdminStub:
                 request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclRequest.SerializeToString,
                 response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclResponse.FromString,
                 _registered_method=True)
+        self.DescribeFeatures = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/DescribeFeatures',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.DescribeFeaturesRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.DescribeFeaturesResponse.FromString,
+                _registered_method=True)
+        self.UpdateFeatures = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/UpdateFeatures',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupAdminServicer:
@@ -165,6 +175,36 @@ class ConnectGroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeFeatures(self, request, context):
+        """Shows the cluster's features (DESIGN 3.19; today one, group.version):
+        each with its finalized level (the one in force, held in the database)
+        and the range of levels this coordinator's release supports. Needs
+        DESCRIBE on the cluster when authorization is on; otherwise
+        CLUSTER_AUTHORIZATION_FAILED (add the ACL, or call as a super user).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateFeatures(self, request, context):
+        """Sets one feature's finalized level (validate_only: only checks it). Needs
+        ALTER on the cluster when authorization is on; otherwise
+        CLUSTER_AUTHORIZATION_FAILED. A feature this release does not know, or a
+        level outside its supported range, is INVALID_UPDATE_VERSION; a
+        malformed name is INVALID_REQUEST; nothing is changed by either. A
+        change is recorded as a FEATURE_UPDATED event naming the caller. The
+        coordinator that took it applies it at once, every other one within its
+        --acl-refresh-ms. group.version 0: no new member is admitted with the
+        connect protocol (members already admitted are served; the classic
+        protocol always is); 1 (the default): the connect protocol is served.
+        Unlike Kafka's UpdateFeatures, one feature per call, and no
+        upgrade/downgrade type: any level within the supported range may be set,
+        lowering included (lowering group.version strands no admitted member).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +252,16 @@ def add_ConnectGroupAdminServicer_to_server(servicer, server):
                     servicer.RemoveAcl,
                     request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclRequest.FromString,
                     response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclResponse.SerializeToString,
+            ),
+            'DescribeFeatures': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeFeatures,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.DescribeFeaturesRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.DescribeFeaturesResponse.SerializeToString,
+            ),
+            'UpdateFeatures': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateFeatures,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -458,6 +508,60 @@ class ConnectGroupAdmin:
             '/connect.group.v1.ConnectGroupAdmin/RemoveAcl',
             connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclRequest.SerializeToString,
             connect_dot_group_dot_v1_dot_admin__pb2.RemoveAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeFeatures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/DescribeFeatures',
+            connect_dot_group_dot_v1_dot_admin__pb2.DescribeFeaturesRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.DescribeFeaturesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateFeatures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/UpdateFeatures',
+            connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesResponse.FromString,
             options,
             channel_credentials,
             insecure,

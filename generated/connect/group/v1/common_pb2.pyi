@@ -29,6 +29,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMBER_ID_REQUIRED: _ClassVar[ErrorCode]
     GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
     THROTTLING_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
+    INVALID_UPDATE_VERSION: _ClassVar[ErrorCode]
     FENCED_INSTANCE_ID: _ClassVar[ErrorCode]
     FENCED_MEMBER_EPOCH: _ClassVar[ErrorCode]
     UNRELEASED_INSTANCE_ID: _ClassVar[ErrorCode]
@@ -55,6 +56,7 @@ GROUP_ID_NOT_FOUND: ErrorCode
 MEMBER_ID_REQUIRED: ErrorCode
 GROUP_MAX_SIZE_REACHED: ErrorCode
 THROTTLING_QUOTA_EXCEEDED: ErrorCode
+INVALID_UPDATE_VERSION: ErrorCode
 FENCED_INSTANCE_ID: ErrorCode
 FENCED_MEMBER_EPOCH: ErrorCode
 UNRELEASED_INSTANCE_ID: ErrorCode
