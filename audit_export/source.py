@@ -335,6 +335,11 @@ WITHHELD: Mapping[tuple[str, str], str] = {
         "the coordinators' operational settings (migration 0008: how large sets are stored), "
         "not group state; `coordinator-svc settings show` prints them"
     ),
+    ("features", "*"): (
+        "cluster feature levels (migration 0010: group.version), not group state: "
+        "`coordinator-svc features describe` shows them, and each change is an event "
+        '(FEATURE_UPDATED; group id "")'
+    ),
     ("coordinator_secrets", "*"): (
         "the config digest key (migration 0005): with it anyone could confirm a guessed "
         "config value against the digests the export writes"

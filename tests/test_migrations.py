@@ -30,6 +30,7 @@ TABLES = {
     "acl_audit",
     "coordinator_secrets",
     "coordinator_settings",
+    "features",
 }
 
 
@@ -320,3 +321,30 @@ def test_migration_0009_puts_the_rewritten_sets_on_lz4_and_back(database_url: st
             assert conn.execute(sa.text(method), {"c": "assigned"}).scalar_one() == "l"
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_migration_0010_starts_group_version_at_1_and_its_downgrade_drops_the_table(
+    backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """Issue 27: a migrated database serves the connect protocol as before (group.version 1),
+    and a store reads that level; the downgrade drops the table and nothing else."""
+    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'features.db'}"
+    config = alembic_config(url)
+    command.upgrade(config, "0009")
+    command.upgrade(config, "head")
+    store = SqlStore(url, owner_id="t", advertised_address="127.0.0.1:1")
+    try:
+        assert store.features.levels() == {"group.version": 1}
+    finally:
+        store.close()
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT updated_by FROM features").scalar() == "migration"
+    finally:
+        engine.dispose()
+    command.downgrade(config, "0009")
+    assert table_names(url) == TABLES - {"features"} | {"alembic_version"}
+    command.upgrade(config, "head")
+    command.check(config)

@@ -52,6 +52,9 @@ class EventType(StrEnum):
     #: ACL rows changed directly in the database (neither path): the rows added and removed,
     #: principal `database`; recorded once, by the first coordinator that notices.
     ACL_CHANGED = "ACL_CHANGED"
+    #: A cluster feature's level set through UpdateFeatures (DESIGN 3.19): `feature`, `level`,
+    #: `previous_level` and the caller's `principal` and `address` (group id "", epoch -1).
+    FEATURE_UPDATED = "FEATURE_UPDATED"
     #: Classic groups (DESIGN 3.19). A rebalance started: `reason`, `generation` (the current
     #: one), `from_state`, and `connector` when a catalogue change started it.
     CLASSIC_REBALANCE_STARTED = "CLASSIC_REBALANCE_STARTED"

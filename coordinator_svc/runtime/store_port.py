@@ -12,6 +12,7 @@ from ..core.model import GroupState
 from ..core.records import Record
 from ..store.acl_store import AclStore
 from ..store.errors import Lease, LeaseHolder
+from ..store.features import FeatureStore
 from ..store.reads import GroupSummary
 
 
@@ -56,10 +57,13 @@ class ListingStore(Protocol):
 
 
 class GroupStore(LeaseStore, CommitStore, ListingStore, Protocol):
-    """Every job's operations, plus the key of config digests and the ACL table (which the API
-    reaches through the manager)."""
+    """Every job's operations, plus the key of config digests, the ACL table and the feature
+    levels (which the API reaches through the manager)."""
 
     @property
     def acls(self) -> AclStore: ...
+
+    @property
+    def features(self) -> FeatureStore: ...
 
     def config_digest_key(self) -> bytes: ...

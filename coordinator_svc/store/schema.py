@@ -309,6 +309,19 @@ class CoordinatorSetting(Base):
     value: Mapped[str] = mapped_column(sa.String(64))
 
 
+class FeatureRow(Base):
+    """A cluster feature's finalized level (migration 0010, `core/features.py`): every
+    coordinator of the database re-reads it within --acl-refresh-ms; UpdateFeatures sets it (with
+    a FEATURE_UPDATED event). `updated_by`: the principal that set it last (`migration`)."""
+
+    __tablename__ = "features"
+
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    level: Mapped[int] = mapped_column(sa.Integer)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_by: Mapped[str] = mapped_column(sa.String(PRINCIPAL_LENGTH))
+
+
 #: The one row of `acl_audit`.
 ACL_AUDIT_ROW_ID = 1
 #: The `coordinator_secrets` row that holds the config digest key.
@@ -335,6 +348,7 @@ acls = _table(AclRow)
 acl_audit = _table(AclAudit)
 coordinator_secrets = _table(CoordinatorSecret)
 coordinator_settings = _table(CoordinatorSetting)
+features = _table(FeatureRow)
 
 STATE_TABLES = (
     groups,

@@ -28,6 +28,7 @@ from . import schema, state_writes
 from .acl_store import AclStore
 from .engine import Database
 from .errors import Lease, LeaseHolder, StoreUnavailable, failure_kind
+from .features import FeatureStore
 from .leases import Leases
 from .migrate import normalize_url, read_revisions, upgrade_to_head
 from .reads import GroupSummary, Reads
@@ -70,6 +71,8 @@ class SqlStore:
         self._reads = Reads(self._db)
         #: The ACL table and the authorization events (`acl_store`).
         self.acls = AclStore(self._db)
+        #: The cluster features' levels (`features`, migration 0010).
+        self.features = FeatureStore(self._db)
 
     def _transaction(self, *, write: bool) -> AbstractContextManager[Connection]:
         """One transaction on the store's database (for tests and tools that read it directly);
