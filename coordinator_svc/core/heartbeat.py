@@ -29,6 +29,7 @@ from connect_protocol.errors import (
     UnknownMemberId,
     UnreleasedInstanceId,
     UnsupportedAssignor,
+    UnsupportedVersion,
 )
 from connect_protocol.messages import (
     JOIN_EPOCH,
@@ -44,6 +45,7 @@ from .change import GroupChange
 from .conversion import convertible, maybe_downgrade, to_connect, upgrade
 from .delivery import grant, reconcile_member
 from .mixed_group import TO_CONNECT, conversion_allowed, upgrade_refused
+from .features import CONNECT_PROTOCOL_LEVEL, GROUP_VERSION
 from .model import GroupConfigDefaults, GroupState, Member, MemberState, next_compute_request_ms
 from .records import EventType
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
@@ -72,13 +74,17 @@ def heartbeat(
     defaults: GroupConfigDefaults,
     validated: bool = False,
     principal: str | None = None,
+    group_version: int = CONNECT_PROTOCOL_LEVEL,
 ) -> Result[HeartbeatResponse]:
     """Handle one heartbeat from `principal` (None: the caller's identity is not checked, as
-    in the core's own tests; the gRPC layer always passes one). Errors leave the group as it
-    was, except FENCED_MEMBER_EPOCH, which removes the member (seed 000, step 3)."""
+    in the core's own tests; the gRPC layer always passes one). `group_version`: the cluster's
+    feature level in force in this process (DESIGN 3.19). Errors leave the group as it was,
+    except FENCED_MEMBER_EPOCH, which removes the member (seed 000, step 3)."""
     try:
         if not validated:  # the gRPC layer validates before it takes the group
             validate_heartbeat(req)
+        if group_version < CONNECT_PROTOCOL_LEVEL and req.member_epoch == JOIN_EPOCH:
+            refuse_new_member(state, req, group_version)
         return _Heartbeat(state, req, now_ms, defaults, principal).run()
     except CoordinatorError as error:
         interval, session = defaults.heartbeat_interval_ms, defaults.session_timeout_ms
@@ -92,6 +98,26 @@ def heartbeat(
             heartbeat_interval_ms=interval,
             session_timeout_ms=session,
         )
+
+
+def refuse_new_member(state: GroupState | None, req: HeartbeatRequest, group_version: int) -> None:
+    """Below CONNECT_PROTOCOL_LEVEL no new member is admitted with the connect protocol (DESIGN
+    3.19 "Feature flag"): UNSUPPORTED_VERSION for a join whose member id the group does not have
+    as a connect-protocol member nor under a hold (a fenced or expired member's id, whose work
+    it still holds). Members already admitted rejoin; a classic group admits no connect joiner,
+    an empty one included. O(holds), at this level only."""
+    if state is not None and not state.meta.is_classic:
+        member = state.members.get(req.member_id)
+        if member is not None and member.classic is None:
+            return
+        if member is None and any(h.member_id == req.member_id for h in state.meta.holds):
+            return
+    raise UnsupportedVersion(
+        f"the cluster feature {GROUP_VERSION} is at level {group_version}: no new member is "
+        f"admitted with the connect protocol. Join with the classic protocol "
+        "(worker-agent run --group-protocol classic), or ask an operator to raise it to "
+        f"{CONNECT_PROTOCOL_LEVEL} with `coordinator-svc features update`."
+    )
 
 
 class _Heartbeat:
