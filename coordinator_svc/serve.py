@@ -36,6 +36,7 @@ def serve(args: argparse.Namespace) -> int:
     from .metrics import Metrics
     from .runtime import gc_pauses
     from .runtime.authorizer import Authorizer
+    from .runtime.features import FeatureLevels
     from .runtime.groups import GroupManager
     from .runtime.quotas import PrincipalQuotas
     from .runtime.readiness import ReadinessMonitor
@@ -115,6 +116,7 @@ def serve(args: argparse.Namespace) -> int:
         else None
     )
     _warn_about_security(args, tls)
+    features = FeatureLevels(store.features)
     authorizer = Authorizer(
         store.acls,
         metrics,
@@ -122,6 +124,7 @@ def serve(args: argparse.Namespace) -> int:
         super_users=args.super_user_set,
         refresh_s=args.acl_refresh_ms / 1000,
         denial_interval_s=args.denial_event_interval_s,
+        refreshers={"the feature levels": features.refresh},
     )
     try:
         authorizer.start()
@@ -135,6 +138,7 @@ def serve(args: argparse.Namespace) -> int:
                 PrincipalSource(args.principal_from), args.mapping_rules
             ),
             authorizer=authorizer,
+            features=features,
             describe_config_values=args.describe_config_values == "allow",
             quotas=PrincipalQuotas(
                 join_rate=args.max_joins_per_s, creation_rate=args.max_group_creations_per_s
@@ -177,6 +181,7 @@ def serve(args: argparse.Namespace) -> int:
             tls="mtls" if tls is not None and tls.mutual else "tls" if tls else "plaintext",
             authorization=args.authorization,
             stored_set_form=stored_set_form,
+            group_version=features.group_version,
         ),
     )
     while not stop.wait(1.0):

@@ -128,6 +128,8 @@ class AsyncAdminServicer(_Pooled):
     ListAcls = _pooled("ListAcls")
     AddAcl = _pooled("AddAcl")
     RemoveAcl = _pooled("RemoveAcl")
+    DescribeFeatures = _pooled("DescribeFeatures")
+    UpdateFeatures = _pooled("UpdateFeatures")
 
 
 #: A delivered JoinGroup answer naming more members than this (a leader's, with every member's

@@ -6,7 +6,7 @@ state, generation, protocol, leader and join round, and each member its protocol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
@@ -30,9 +30,11 @@ from connect_protocol.wire import assignor_to, resources_from, resources_to, tok
 
 from ..core.acls import AclEntry, Operation, PatternType, Permission, ResourceType
 from ..core.classic_model import PROTOCOL_TYPE, ClassicState
+from ..core.features import FEATURES
 from ..core.model import GroupConfigDefaults, GroupState, Member, next_compute_request_ms
 from ..core.validation import MAX_NAME_LENGTH, MAX_PRINCIPAL_LENGTH, validate_text
 from ..runtime.groups import ListedGroup
+from ..store.features import FeatureChange
 
 
 def prepare_request(msg: coordinator_pb2.ConnectGroupPrepareAssignmentRequest) -> PrepareRequest:
@@ -346,3 +348,26 @@ def listed_acls(entries: Iterable[AclEntry], next_page_token: str) -> admin_pb2.
             permission=e.permission.value,
         )
     return out
+
+
+def described_features(levels: Mapping[str, int]) -> admin_pb2.DescribeFeaturesResponse:
+    """Every feature this release knows, by name: its level in force and the levels served."""
+    return admin_pb2.DescribeFeaturesResponse(
+        features=[
+            admin_pb2.DescribedFeature(
+                name=name,
+                finalized_level=levels[name],
+                min_supported_level=feature.min_level,
+                max_supported_level=feature.max_level,
+            )
+            for name, feature in sorted(FEATURES.items())
+        ]
+    )
+
+
+def updated_feature(change: FeatureChange) -> admin_pb2.UpdateFeaturesResponse:
+    return admin_pb2.UpdateFeaturesResponse(
+        previous_level=change.previous_level,
+        finalized_level=change.level,
+        changed=change.changed,
+    )

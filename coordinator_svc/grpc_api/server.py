@@ -21,6 +21,7 @@ from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES, channel_options
 
 from ..core.principals import PrincipalMapper
 from ..runtime.authorizer import Authorizer
+from ..runtime.features import FeatureLevels
 from ..runtime.groups import GroupManager
 from ..runtime.quotas import PrincipalQuotas
 from .aio import (
@@ -59,7 +60,8 @@ class CoordinatorServer:
     both services, health and reflection. Bound to `address` ("host:port"; port 0 picks one,
     see `port`) when built, with `tls` if given (client certificates required when it has a
     client CA; their principals from `principal_mapper`), plaintext otherwise; sends and
-    accepts messages of up to `max_message_bytes`. `authorizer` None: everything allowed.
+    accepts messages of up to `max_message_bytes`. `authorizer` None: everything allowed;
+    `features`: the feature levels in force (None: read only when UpdateFeatures changes them).
     `max_connection_age_ms` (0: none) closes each connection that old, its calls in flight given
     `max_connection_age_grace_ms`; `tls.crl_file` revokes client certificates."""
 
@@ -74,6 +76,7 @@ class CoordinatorServer:
         tls: ServerTls | None = None,
         principal_mapper: PrincipalMapper | None = None,
         authorizer: Authorizer | None = None,
+        features: FeatureLevels | None = None,
         quotas: PrincipalQuotas | None = None,
         describe_config_values: bool = False,
         max_connection_age_ms: int = 0,
@@ -91,6 +94,8 @@ class CoordinatorServer:
             principal_mapper or PrincipalMapper() if mutual else None, self.revocations
         )
         self.authorizer = authorizer
+        # One copy of the feature levels for every service (UpdateFeatures refreshes it).
+        self.features = features or FeatureLevels(manager.store.features)
         self.quotas = quotas
         self.describe_config_values = describe_config_values
         self.max_message_bytes = max_message_bytes
@@ -127,7 +132,9 @@ class CoordinatorServer:
             coordinator_pb2.DESCRIPTOR.services_by_name["ConnectGroupCoordinator"],
             coordinator_pb2,
             AsyncCoordinatorServicer(
-                CoordinatorServicer(manager, self.identity, self.authorizer, self.quotas),
+                CoordinatorServicer(
+                    manager, self.identity, self.authorizer, self.quotas, features=self.features
+                ),
                 self._pool,
             ),
             undecodable,
@@ -144,6 +151,7 @@ class CoordinatorServer:
                     self.identity,
                     self.authorizer,
                     self.quotas,
+                    features=self.features,
                     max_connection_age_ms=self.max_connection_age_ms,
                     max_connection_age_grace_ms=self.max_connection_age_grace_ms,
                 ),
@@ -165,6 +173,7 @@ class CoordinatorServer:
                     self.authorizer,
                     self.quotas,
                     describe_config_values=self.describe_config_values,
+                    features=self.features,
                 ),
                 self._pool,
             ),

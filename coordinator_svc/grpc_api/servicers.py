@@ -40,6 +40,7 @@ from ..core.assignment import (
     plan_install,
     start_prepare,
 )
+from ..core.features import check_update
 from ..core.heartbeat import heartbeat
 from ..core.model import GroupState, MemberState
 from ..core.results import Result
@@ -54,6 +55,7 @@ from ..core.validation import (
     validate_text,
 )
 from ..runtime.authorizer import Authorizer
+from ..runtime.features import FeatureLevels
 from ..runtime.groups import (
     DATABASE_MODULES,
     DEFAULT_PAGE_SIZE,
@@ -130,7 +132,9 @@ def _steady_rule(req: HeartbeatRequest) -> Steady:
 
 class _Base:
     """`identity` works out a call's principal (default: everyone is ANONYMOUS); `authorizer`
-    decides what it may do (default: everything, as with authorization off)."""
+    decides what it may do (default: everything, as with authorization off); `features`: the
+    cluster's feature levels in force in this process (default: read from the store only when
+    UpdateFeatures changes them)."""
 
     def __init__(
         self,
@@ -139,8 +143,10 @@ class _Base:
         authorizer: Authorizer | None = None,
         quotas: PrincipalQuotas | None = None,
         describe_config_values: bool = False,
+        features: FeatureLevels | None = None,
     ) -> None:
         self.manager = manager
+        self.features = features or FeatureLevels(manager.store.features)
         self.defaults = manager.defaults
         self.identity = identity or CallIdentity()
         self.authorizer = authorizer
@@ -292,7 +298,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             context,
             request,
             protocol_wire.heartbeat_request_from_wire,
-            heartbeat,
+            functools.partial(heartbeat, group_version=self.features.group_version),
             protocol_wire.heartbeat_response_to_wire,
             functools.partial(
                 convert.error_answer,
@@ -325,6 +331,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
                     now_ms=now,
                     validated=True,
                     principal=principal,
+                    group_version=self.features.group_version,
                 )
 
             outcome = self.manager.execute_if_steady(
@@ -689,3 +696,69 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             return answer(changed=changed)
 
         return self._run(rpc, call, functools.partial(convert.error_answer, answer))
+
+    # --- cluster features (DESIGN 3.19 "Feature flag") ---
+
+    def DescribeFeatures(
+        self, request: admin_pb2.DescribeFeaturesRequest, context: Context
+    ) -> admin_pb2.DescribeFeaturesResponse:
+        def call() -> admin_pb2.DescribeFeaturesResponse:
+            self._authorize_cluster(
+                "DescribeFeatures",
+                self._principal(context),
+                Operation.DESCRIBE,
+                "to describe the features",
+            )
+            return convert.described_features(self.features.levels)
+
+        return self._run(
+            "DescribeFeatures",
+            call,
+            functools.partial(convert.error_answer, admin_pb2.DescribeFeaturesResponse),
+        )
+
+    def UpdateFeatures(
+        self, request: admin_pb2.UpdateFeaturesRequest, context: Context
+    ) -> admin_pb2.UpdateFeaturesResponse:
+        """Authorized first (a refused caller learns nothing of the features), then validated,
+        then set in the database with its event, and applied here at once."""
+
+        def call() -> admin_pb2.UpdateFeaturesResponse:
+            principal = self._principal(context)
+            self._authorize_cluster(
+                "UpdateFeatures", principal, Operation.ALTER, "to change a feature's level"
+            )
+            feature = check_update(request.feature, request.level)
+            caller = AclCaller(principal, context.peer(), "UpdateFeatures")
+            change = self.manager.store.features.set_level(
+                feature.name,
+                request.level,
+                feature.default_level,
+                caller,
+                validate_only=request.validate_only,
+            )
+            if change.changed and not request.validate_only:
+                self.features.refresh()  # this coordinator at once; the others within a refresh
+                log.warning(
+                    "feature %s set to level %d (was %d) by %s from %s",
+                    feature.name,
+                    change.level,
+                    change.previous_level,
+                    caller.principal,
+                    caller.address,
+                    extra=fields(
+                        event="feature_updated",
+                        feature=feature.name,
+                        level=change.level,
+                        previous=change.previous_level,
+                        principal=caller.principal,
+                        peer=caller.address,
+                    ),
+                )
+            return convert.updated_feature(change)
+
+        return self._run(
+            "UpdateFeatures",
+            call,
+            functools.partial(convert.error_answer, admin_pb2.UpdateFeaturesResponse),
+        )

@@ -7,14 +7,16 @@ metrics at once, and written to the audit trail aggregated per principal and ope
 each per interval with a count and a bounded sample of groups, for at most
 `MAX_DENIAL_PRINCIPALS` principals (one overflow row counts the rest), so that a hostile client
 can neither make the coordinator write once per request nor hide another principal's denials
-(DESIGN 3.17)."""
+(DESIGN 3.17). Its refresher also re-reads, at the same cadence, what else each coordinator keeps
+in memory of the database's cluster-wide settings (`refreshers`: the feature levels, DESIGN
+3.19)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from connect_protocol.logs import fields
@@ -98,7 +100,9 @@ class Authorizer:
     """`enabled` False: everything is allowed (denials by identity binding are still counted).
     `super_users` are allowed everything. ACLs are re-read every `refresh_s` when the table's
     revision moved (and direct edits recorded, enabled or not); denials are written every
-    `denial_interval_s`."""
+    `denial_interval_s`. Each of `refreshers` (what it reads -> how) is called at start and
+    every `refresh_s`, whether authorization is on or not (a failure at start stops the start;
+    later, the values in force are kept and the failure logged)."""
 
     def __init__(
         self,
@@ -110,6 +114,7 @@ class Authorizer:
         refresh_s: float = 2.0,
         denial_interval_s: float = 60.0,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        refreshers: Mapping[str, Callable[[], object]] | None = None,
     ) -> None:
         self._store = acls
         self._metrics = metrics
@@ -118,6 +123,7 @@ class Authorizer:
         self._refresh_s = refresh_s
         self._denial_interval_s = denial_interval_s
         self._wall_ms = wall_ms
+        self._refreshers = dict(refreshers or {})
         #: The ACL table's revision the ACLs in force were read at (None: not read yet).
         self._revision: int | None = None
         # The ACLs in force and the decisions made from them, swapped as one (one attribute).
@@ -137,9 +143,12 @@ class Authorizer:
 
     def start(self) -> None:
         """Load the ACLs (a database failure here stops the start: deny-by-default with an
-        unknown ACL set would refuse everyone) and start the refresher."""
+        unknown ACL set would refuse everyone) and whatever `refreshers` read, and start the
+        refresher."""
         if self.enabled:
             self.refresh()
+        for refresh in self._refreshers.values():
+            refresh()
         self._thread = threading.Thread(target=self._run, name="authorizer", daemon=True)
         self._thread.start()
 
@@ -161,6 +170,13 @@ class Authorizer:
                     self.refresh()
                 except StoreUnavailable as error:
                     log.warning("cannot re-read the ACLs; keeping the ones in force: %s", error)
+            for what, refresh in self._refreshers.items():
+                try:
+                    refresh()
+                except StoreUnavailable as error:
+                    log.warning("cannot re-read %s; keeping what is in force: %s", what, error)
+                except Exception:  # never let it end the ACLs' refresher
+                    log.exception("cannot re-read %s; keeping what is in force", what)
             if time.monotonic() >= next_flush:
                 next_flush = time.monotonic() + self._denial_interval_s
                 self.flush_denials()

@@ -25,6 +25,7 @@ from coordinator_svc.core.principals import PrincipalMapper
 from coordinator_svc.grpc_api.server import CoordinatorServer
 from coordinator_svc.grpc_api.tls import ServerTls
 from coordinator_svc.runtime.authorizer import Authorizer
+from coordinator_svc.runtime.features import FeatureLevels
 from coordinator_svc.runtime.groups import GroupManager
 from coordinator_svc.store import SqlStore
 
@@ -107,6 +108,7 @@ class InProcessCoordinator:
         )
         self.store.migrate()
         self.manager = GroupManager(self.store, defaults)
+        self.features = FeatureLevels(self.store.features)
         self.authorizer = Authorizer(
             self.store.acls,
             self.manager.metrics,
@@ -114,6 +116,7 @@ class InProcessCoordinator:
             super_users=super_users,
             refresh_s=acl_refresh_s,
             denial_interval_s=denial_interval_s,
+            refreshers={"the feature levels": self.features.refresh},
         )
         self.server = CoordinatorServer(
             self.manager,
@@ -124,6 +127,7 @@ class InProcessCoordinator:
             tls=tls,
             principal_mapper=principal_mapper,
             authorizer=self.authorizer,
+            features=self.features,
             max_connection_age_ms=max_connection_age_ms,
             max_connection_age_grace_ms=max_connection_age_grace_ms,
         )
