@@ -1,7 +1,7 @@
 """The operator commands (describe, list-groups, put-connector, delete-connector,
-alter-configs): calls to a running coordinator's admin RPCs over gRPC, following a group to the
-process that owns it, and the printing of their answers. grpc and the generated code are imported
-only when a command runs."""
+alter-configs, features): calls to a running coordinator's admin RPCs over gRPC, following a
+group to the process that owns it, and the printing of their answers. grpc and the generated
+code are imported only when a command runs."""
 
 from __future__ import annotations
 
@@ -184,4 +184,63 @@ def alter_configs_cmd(args: argparse.Namespace) -> int:
         return 1
     for key, value in sorted(resp.effective_configs.items()):
         print(f"{printable(key)}={printable(value)}")
+    return 0
+
+
+def features_cmd(args: argparse.Namespace) -> int:
+    """`features describe`: one line per feature; `features update`: the level set (or, with
+    --validate-only, what would be). 1 on an error answer or when the call fails."""
+    import grpc
+
+    try:
+        return _features(args)
+    except grpc.RpcError as error:
+        status = error.code() if hasattr(error, "code") else None
+        details = error.details() if hasattr(error, "details") else ""
+        print(
+            f"coordinator-svc features {args.features_command}: the call to "
+            f"{printable(args.coordinator)} failed: {getattr(status, 'name', status)}: "
+            f"{printable(str(details))}",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _features(args: argparse.Namespace) -> int:
+    from connect.group.v1 import admin_pb2
+
+    channel, admin = _stubs(args, args.coordinator)
+    with channel:
+        if args.features_command == "describe":
+            described = admin.DescribeFeatures(
+                admin_pb2.DescribeFeaturesRequest(), timeout=args.timeout
+            )
+            if _check(described):
+                return 1
+            print(f"{'FEATURE':<24} {'LEVEL':>5}  SUPPORTED")
+            for f in described.features:
+                supported = f"{f.min_supported_level}-{f.max_supported_level}"
+                print(f"{printable(f.name):<24} {f.finalized_level:>5}  {supported}")
+            return 0
+        updated = admin.UpdateFeatures(
+            admin_pb2.UpdateFeaturesRequest(
+                feature=args.feature, level=args.level, validate_only=args.validate_only
+            ),
+            timeout=args.timeout,
+        )
+    if _check(updated):
+        return 1
+    name = printable(args.feature)
+    if not updated.changed:
+        print(f"{name} is already at level {updated.finalized_level}; nothing changed")
+    elif args.validate_only:
+        print(
+            f"{name} would go from level {updated.previous_level} to "
+            f"{updated.finalized_level} (validate only: nothing changed)"
+        )
+    else:
+        print(
+            f"{name} set to level {updated.finalized_level} (was {updated.previous_level}); "
+            "every coordinator applies it within its --acl-refresh-ms"
+        )
     return 0

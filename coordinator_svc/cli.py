@@ -28,6 +28,7 @@ from .admin_client import (
     alter_configs_cmd,
     delete_connector_cmd,
     describe,
+    features_cmd,
     list_groups,
     put_connector_cmd,
 )
@@ -648,8 +649,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_acl_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
     add_settings_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
 
-    def client(name: str, help_text: str) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+    def client(
+        name: str,
+        help_text: str,
+        parent: argparse._SubParsersAction[argparse.ArgumentParser] = sub,
+        description: str | None = None,
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(
+            name, help=help_text, description=description or help_text
+        )
         p.add_argument(
             "--coordinator",
             default=_env("COORDINATOR", f"127.0.0.1:{DEFAULT_PORT}"),
@@ -691,7 +699,48 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("group")
     ac.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ac.add_argument("--unset", action="append", default=[], metavar="KEY")
+    _add_features(sub, client)
     return parser
+
+
+def _add_features(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    client: Callable[..., argparse.ArgumentParser],
+) -> None:
+    """`features describe|update` (DESIGN 3.19 "Feature flag"), through DescribeFeatures and
+    UpdateFeatures: DESCRIBE and ALTER on the cluster when the coordinator authorizes."""
+    features = sub.add_parser(
+        "features",
+        help="show or set the cluster's feature levels (group.version)",
+        description="Show or set the cluster's feature levels, held in the coordinators' "
+        "database: every coordinator applies a change within its --acl-refresh-ms. "
+        "group.version 1 (the default) serves the connect protocol; at 0 no new member is "
+        "admitted with it (members already admitted are served, the classic protocol always "
+        "is), so groups move to the classic protocol as their workers restart.",
+    )
+    features_sub = features.add_subparsers(dest="features_command", required=True)
+    client(
+        "describe",
+        "show each feature's level in force and the levels this coordinator supports "
+        "(needs DESCRIBE on the cluster)",
+        features_sub,
+    )
+    update = client(
+        "update",
+        "set a feature's level (needs ALTER on the cluster)",
+        features_sub,
+        "Set a feature's level through UpdateFeatures (recorded as a FEATURE_UPDATED event "
+        "naming the caller). Any level within the supported range may be set, lowering "
+        "included; the coordinator called applies it at once, the others within their "
+        "--acl-refresh-ms.",
+    )
+    update.add_argument("--feature", required=True, help="the feature, e.g. group.version")
+    update.add_argument("--level", type=int, required=True, help="the level to set")
+    update.add_argument(
+        "--validate-only",
+        action="store_true",
+        help="only check the change (authorization, feature, level); change nothing",
+    )
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -702,6 +751,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "put-connector": put_connector_cmd,
     "delete-connector": delete_connector_cmd,
     "alter-configs": alter_configs_cmd,
+    "features": features_cmd,
     "acl": acl_cmd,
     "settings": settings_cmd,
 }
