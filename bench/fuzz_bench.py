@@ -61,6 +61,8 @@ ORDER = (
     "ListAcls",
     "AddAcl",
     "RemoveAcl",
+    "DescribeFeatures",
+    "UpdateFeatures",
     "JoinGroup",
     "SyncGroup",
     "Heartbeat",
@@ -169,6 +171,8 @@ def client_thread(
             verdict = hostile.judge(rpc, body, status, details, answer, args.max_message_bytes)
             if message is not None and verdict.response is not None and not verdict.problems:
                 world.learn(rpc, message, verdict.response)
+            if hostile.may_have_lowered_group_version(rpc, verdict.response):
+                client.send(rpc, hostile.RESTORE_GROUP_VERSION)
             tally.add(rpc, kind, verdict, hostile.show(message or body, 600), details, seconds)
     finally:
         client.close()

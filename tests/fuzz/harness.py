@@ -144,6 +144,8 @@ class FuzzTarget:
                 problems.extend(verdict.problems)
             elif call.message is not None and verdict.response is not None:
                 self.world.learn(call.rpc, call.message, verdict.response)
+            if hostile.may_have_lowered_group_version(call.rpc, verdict.response):
+                self.client.send("UpdateFeatures", hostile.RESTORE_GROUP_VERSION)
         if any(v == "RESOURCE_EXHAUSTED/answer" for v in labels):
             # gRPC logs what it makes of an answer it could not send just after the status went
             # out: wait for it, so that it is found with the request that caused it.

@@ -40,6 +40,8 @@ ORDER = (
     "ListAcls",
     "AddAcl",
     "RemoveAcl",
+    "DescribeFeatures",
+    "UpdateFeatures",
     "JoinGroup",
     "SyncGroup",
     "Heartbeat",
@@ -50,6 +52,9 @@ ORDER = (
 EXAMPLES = {"message": 130, "raw": 110, "mixed": 200}
 #: Requests each test must at least have sent of its RPC.
 AT_LEAST = {"message": 500, "raw": 400}
+#: RPCs whose request has no field: hypothesis runs out of distinct messages (only the batch
+#: sizes differ) long before the examples are spent; their raw bodies are fuzzed in full.
+NO_FIELDS = {"DescribeFeatures": 50}
 
 
 def fuzz_settings(examples: int) -> settings:
@@ -65,7 +70,7 @@ def fuzz_settings(examples: int) -> settings:
 
 def test_every_rpc_is_fuzzed() -> None:
     assert sorted(ORDER) == sorted(hostile.RPCS)
-    assert len(hostile.RPCS) == 16
+    assert len(hostile.RPCS) == 18
 
 
 @pytest.mark.parametrize(
@@ -81,7 +86,8 @@ def test_hostile_requests_get_allowed_answers(fuzz_target: FuzzTarget, rpc: str,
     fuzz_target.begin()
     fuzz()
     print(f"{rpc}, {kind}: {fuzz_target.sent[rpc] - sent} requests")
-    assert fuzz_target.sent[rpc] - sent >= AT_LEAST[kind]
+    least = NO_FIELDS.get(rpc, AT_LEAST[kind]) if kind == "message" else AT_LEAST[kind]
+    assert fuzz_target.sent[rpc] - sent >= least
     fuzz_target.check_afterwards()
 
 

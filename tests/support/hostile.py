@@ -648,6 +648,45 @@ def list_acls(src: Source, world: World) -> admin_pb2.ListAclsRequest:
     return admin_pb2.ListAclsRequest(principal=text(src, ACL_WORDS, limit=1_100))
 
 
+def describe_features(src: Source, world: World) -> admin_pb2.DescribeFeaturesRequest:
+    return admin_pb2.DescribeFeaturesRequest()
+
+
+FEATURE_WORDS = ("group.version", "GROUP.VERSION", "group.version ", "transaction.version")
+
+
+def update_features(src: Source, world: World) -> admin_pb2.UpdateFeaturesRequest:
+    """Mostly group.version at levels in and out of its range; a lowering to 0 is sent as
+    validate_only (the fuzz target keeps serving the connect protocol; a raw body that lowers
+    it anyway is undone by `RESTORE_GROUP_VERSION`)."""
+    feature = text(src, FEATURE_WORDS)
+    level = int32(src, near=(0, 1))
+    validate_only = src.pick((False, True))
+    if feature == "group.version" and level == 0:
+        validate_only = True
+    return admin_pb2.UpdateFeaturesRequest(
+        feature=feature, level=level, validate_only=validate_only
+    )
+
+
+#: What a fuzz client sends after an UpdateFeatures that may have lowered group.version: the
+#: level back at 1, so the rest of the run is served as before.
+RESTORE_GROUP_VERSION = admin_pb2.UpdateFeaturesRequest(
+    feature="group.version", level=1
+).SerializeToString()
+
+
+def may_have_lowered_group_version(rpc: str, response: Message | None) -> bool:
+    """Whether an answer says a level other than 1 was set (or, validate_only, would have
+    been: restoring is harmless then)."""
+    return (
+        rpc == "UpdateFeatures"
+        and isinstance(response, admin_pb2.UpdateFeaturesResponse)
+        and response.changed
+        and response.finalized_level != 1
+    )
+
+
 # --- the classic protocol (ConnectGroupClassic) ---------------------------------------------------
 
 #: Member ids a classic group's MEMBER_ID_REQUIRED answers handed out that the world keeps.
@@ -798,6 +837,8 @@ ONLY_FROM: dict[int, str] = {
     ErrorCode.COMPUTE_ASSIGNMENT: "ConnectGroupHeartbeat",
     ErrorCode.INVALID_ASSIGNMENT: "ConnectGroupInstallAssignment",
     ErrorCode.MEMBER_ID_REQUIRED: "JoinGroup",
+    ErrorCode.UNSUPPORTED_VERSION: "ConnectGroupHeartbeat",
+    ErrorCode.INVALID_UPDATE_VERSION: "UpdateFeatures",
 }
 
 
@@ -896,6 +937,20 @@ RPCS: dict[str, Rpc] = {
             admin_pb2.RemoveAclRequest,
             admin_pb2.RemoveAclResponse,
             remove_acl,
+        ),
+        Rpc(
+            "DescribeFeatures",
+            ADMIN_SERVICE,
+            admin_pb2.DescribeFeaturesRequest,
+            admin_pb2.DescribeFeaturesResponse,
+            describe_features,
+        ),
+        Rpc(
+            "UpdateFeatures",
+            ADMIN_SERVICE,
+            admin_pb2.UpdateFeaturesRequest,
+            admin_pb2.UpdateFeaturesResponse,
+            update_features,
         ),
         Rpc(
             "JoinGroup",
