@@ -36,7 +36,8 @@ def add_acl_parser(
         "within --acl-refresh-ms). Operations: MEMBER (heartbeat, and Prepare/Install for the "
         "assignor member), DESCRIBE (DescribeGroups, FindCoordinator; implied by every other "
         "operation), ALTER (PutConnector, DeleteConnector, AlterGroupConfigs), "
-        "DESCRIBE_CONFIGS, ALL; on the cluster, DESCRIBE lets a principal list groups. "
+        "DESCRIBE_CONFIGS, ALL; on the cluster, DESCRIBE lets a principal list groups and "
+        "ACLs and describe the features, ALTER change ACLs and features. "
         "DENY wins over ALLOW; with --authorization acl, nothing allowed is denied.",
     )
     acl_sub = acl.add_subparsers(dest="acl_command", required=True)

@@ -24,7 +24,8 @@ class Operation(StrEnum):
     assignor member, PrepareAssignment / InstallAssignment. DESCRIBE: DescribeGroups (configs
     masked) and FindCoordinator. ALTER: PutConnector, DeleteConnector, AlterGroupConfigs.
     DESCRIBE_CONFIGS: connector config values in DescribeGroups. On the cluster, DESCRIBE:
-    ListGroups. ALL: every operation."""
+    ListGroups, ListAcls, DescribeFeatures; ALTER: AddAcl, RemoveAcl, UpdateFeatures. ALL: every
+    operation."""
 
     MEMBER = "MEMBER"
     DESCRIBE = "DESCRIBE"
