@@ -44,8 +44,8 @@ from connect_protocol.resources import EMPTY, ResourceSet
 from .change import GroupChange
 from .conversion import convertible, maybe_downgrade, to_connect, upgrade
 from .delivery import grant, reconcile_member
-from .mixed_group import TO_CONNECT, conversion_allowed, upgrade_refused
 from .features import CONNECT_PROTOCOL_LEVEL, GROUP_VERSION
+from .mixed_group import TO_CONNECT, conversion_allowed, upgrade_refused
 from .model import GroupConfigDefaults, GroupState, Member, MemberState, next_compute_request_ms
 from .records import EventType
 from .results import ASSIGNOR, HOLD, REVOCATION, SESSION, Result, refused
