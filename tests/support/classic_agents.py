@@ -1,15 +1,20 @@
 """In-process classic workers for tests and benchmarks (DESIGN 3.19, "Connect today"): real
 `ClassicAgent`s on threads, talking gRPC to a real coordinator on 127.0.0.1, each with a
-recording listener, and what the tests conclude from the records.
+recording listener, and what the tests conclude from the records. For online migration
+(DESIGN 3.19 "Upgrade", "Downgrade") a fleet also starts connect-protocol `Agent`s with the
+same listener (`start(label, group_protocol="connect")`), so one group can change protocol
+worker by worker.
 
 - `KillableTransport`: the agent's real transport, which also logs every classic answer with its
   time (`answers`), and which `kill()` (or a `kill_when` predicate on an answer) turns into a dead
   worker: every later call fails UNAVAILABLE at once, as for a SIGKILLed process. The answer that
   triggers `kill_when` is never seen by the agent.
-- `ClassicFleet`: a group, its workers (labels W1, W2, ...; member ids come from the
-  coordinator), start / leave (graceful: revoke, then LeaveGroup) / kill, the admin calls, and
-  `wait_stable`. A worker's records end at its kill (`tests.support.agents.intervals_of`'s
-  `killed_at`): what it would have run afterwards died with it.
+- `ClassicFleet`: a group, its workers (labels W1, W2, ...; classic member ids come from the
+  coordinator, a connect worker's is its incarnation, e.g. `W1-5`), start / leave (graceful:
+  revoke, then LeaveGroup or the leave heartbeat) / kill, the admin calls, and `wait_stable`
+  (whichever type the group is now) and `wait_quiet` (stable for a while). A worker's records
+  end at its kill (`tests.support.agents.intervals_of`'s `killed_at`): what it would have run
+  afterwards died with it.
 - Every fleet ends with `check_no_overlap(fleet.intervals())` (no resource on two workers).
 """
 
@@ -43,10 +48,11 @@ from tests.support.agents import (
 from tests.support.client import describe
 from tests.support.coordinator import CoordinatorProcess, Stubs
 from tests.support.pgcluster import create_database, drop_database
+from worker_agent.assignors import assignors_for_protocol
 from worker_agent.classic.membership import ClassicPhase
 from worker_agent.classic.runtime import ClassicAgent
 from worker_agent.listener import CallbackListener, RebalanceEvent
-from worker_agent.runtime import AgentSettings
+from worker_agent.runtime import Agent, AgentSettings
 from worker_agent.transport import Transport, TransportError
 
 __all__ = [
@@ -157,11 +163,12 @@ def _names(event: RebalanceEvent) -> frozenset[str]:
 
 @dataclass(eq=False)
 class ClassicWorker:
-    """One incarnation of a worker: its agent, thread, transport and listener records."""
+    """One incarnation of a worker: its agent (a `ClassicAgent`, or a connect-protocol `Agent`:
+    `group_protocol`), thread, transport and listener records."""
 
     label: str
     incarnation: str
-    agent: ClassicAgent
+    agent: ClassicAgent | Agent
     transport: KillableTransport
     thread: threading.Thread
     records: list[HookRecord] = field(default_factory=list)
@@ -178,19 +185,42 @@ class ClassicWorker:
     def killed_at(self) -> float | None:
         return self.transport.killed_at
 
+    @property
+    def group_protocol(self) -> str:
+        """The protocol this incarnation speaks: "classic" or "connect"."""
+        return "classic" if isinstance(self.agent, ClassicAgent) else "connect"
+
+    @property
+    def epoch(self) -> int:
+        """Its generation (classic) or member epoch (connect), as the agent knows it."""
+        return self.agent.member_epoch
+
     def running(self) -> set[str]:
         return set(self.agent.running.names())
 
     def settled(self) -> bool:
-        """STABLE, nothing pending, running exactly what it was assigned."""
-        m = self.agent.machine
-        with self.agent._lock:
+        """Nothing pending, running exactly what it was assigned: classic, STABLE with no rejoin
+        due and no leader's delay running; connect, a member whose last heartbeat was answered,
+        running its assignment, nothing being started or stopped (an eager restart included)."""
+        agent = self.agent
+        if isinstance(agent, ClassicAgent):
+            c = agent.machine
+            with agent._lock:
+                return (
+                    c.phase is ClassicPhase.STABLE
+                    and not c.rebalancing
+                    and c.scheduled_rebalance_ms is None
+                    and c.snapshot is not None
+                    and c.running == c.snapshot
+                )
+        m = agent.machine
+        with agent._lock:
             return (
-                m.phase is ClassicPhase.STABLE
-                and not m.rebalancing
-                and m.scheduled_rebalance_ms is None
-                and m.snapshot is not None
-                and m.running == m.snapshot
+                m.ready
+                and m.running == m.assigned
+                and m.owned == m.running
+                # No public accessor; the rebalance benchmark reads it too.
+                and not m._eager_restart
             )
 
     def intervals(self) -> tuple[list[Interval], list[str]]:
@@ -244,17 +274,30 @@ class ClassicFleet:
 
     # --- workers -----------------------------------------------------------------------------
 
-    def start(self, label: str, **overrides: Any) -> ClassicWorker:
+    def start(self, label: str, group_protocol: str = "classic", **overrides: Any) -> ClassicWorker:
         """Start a new incarnation of worker `label` (a new member: classic has no static
-        membership). `overrides`: AgentSettings fields (e.g. protocol)."""
-        incarnation = f"{label}#{next(self._seq)}"
+        membership, and a connect incarnation's member id is its own, e.g. `W1-5`).
+        `group_protocol`: "classic" (a `ClassicAgent`) or "connect" (an `Agent` advertising
+        `assignors_for_protocol(protocol)`, eager if the protocol is). `overrides`: AgentSettings
+        fields (e.g. protocol)."""
+        n = next(self._seq)
+        incarnation = f"{label}#{n}"
+        protocol = overrides.pop("protocol", self.protocol)
+        if group_protocol == "connect":
+            member_id = f"{label}-{n}"
+            assignors = tuple(assignors_for_protocol(protocol))
+            overrides.setdefault("eager", protocol == "eager")
+        elif group_protocol == "classic":
+            member_id, assignors = label, ()
+        else:
+            raise ValueError(f"unknown group protocol {group_protocol!r}")
         settings = AgentSettings(
             group_id=self.group,
-            member_id=label,
+            member_id=member_id,
             coordinators=(self.coordinator,),
-            assignors=(),
-            group_protocol="classic",
-            protocol=overrides.pop("protocol", self.protocol),
+            assignors=assignors,
+            group_protocol=group_protocol,
+            protocol=protocol,
             session_timeout_ms=overrides.pop("session_timeout_ms", self.session_timeout_ms),
             heartbeat_interval_ms=overrides.pop(
                 "heartbeat_interval_ms", self.heartbeat_interval_ms
@@ -293,8 +336,11 @@ class ClassicFleet:
             return call
 
         listener = CallbackListener(on_revoked=record("revoked"), on_assigned=record("assigned"))
-        agent = ClassicAgent(settings, listener, transport=transport)
-        thread = threading.Thread(target=agent.run, name=f"classic-{incarnation}", daemon=True)
+        kind = ClassicAgent if group_protocol == "classic" else Agent
+        agent = kind(settings, listener, transport=transport)
+        thread = threading.Thread(
+            target=agent.run, name=f"{group_protocol}-{incarnation}", daemon=True
+        )
         worker = ClassicWorker(label, incarnation, agent, transport, thread)
         holder["w"] = worker
         self.workers.append(worker)
@@ -309,7 +355,8 @@ class ClassicFleet:
         return [w for w in self.workers if w.label == label][-1]
 
     def leave(self, worker: ClassicWorker, timeout_s: float = 10.0) -> None:
-        """Graceful stop: revoke everything, then LeaveGroup (a worker's SIGTERM)."""
+        """Graceful stop: revoke everything, then LeaveGroup or the leave heartbeat (a worker's
+        SIGTERM)."""
         assert worker.agent.leave(timeout_s), f"{worker.incarnation} did not leave in time"
         worker.thread.join(timeout_s)
 
@@ -368,11 +415,22 @@ class ClassicFleet:
         return catalogue_resources(group if group is not None else self.describe())
 
     def stable(self) -> Any | None:
-        """DescribeGroups if the group is quiet: classic STABLE, every live worker synced and
-        settled, nothing pending revocation, every catalogue resource run by exactly one live
-        worker, as DescribeGroups says; else None."""
+        """DescribeGroups if the group is quiet, else None. Classic: STABLE; connect: STABLE at
+        the assignment epoch = the group epoch with no scheduled rebalance, every member at that
+        epoch, STABLE, its current assignment its target. Both: every live worker a member,
+        settled, at the epoch (generation) DescribeGroups shows for it, nothing pending
+        revocation, running what DescribeGroups says it holds (a classic member of a classic
+        group: synced at the group's generation; a member of a connect group: at the assignment
+        epoch); every catalogue resource run by exactly one live worker."""
         group = self.describe()
-        if group.classic.state != "STABLE":
+        if group.group_type == "classic":
+            if group.classic.state != "STABLE":
+                return None
+        elif (
+            group.state != "STABLE"
+            or group.group_epoch != group.assignment_epoch
+            or group.HasField("scheduled_rebalance_at_ms")
+        ):
             return None
         live = self.live()
         if not live or not all(w.settled() for w in live):
@@ -384,11 +442,20 @@ class ClassicFleet:
         for w in live:
             m = members[w.member_id]
             pending = m.pending_revocation
-            if not m.classic.synced or pending.connectors or pending.tasks:
+            if pending.connectors or pending.tasks:
                 return None
-            current = set(m.current_assignment.connectors) | {
-                f"{t.connector}-{t.task}" for t in m.current_assignment.tasks
-            }
+            if group.group_type == "classic":
+                if not m.classic.synced or w.epoch != group.classic.generation_id:
+                    return None
+            elif (
+                m.member_epoch != group.assignment_epoch
+                or w.epoch != m.member_epoch
+                or m.state != "STABLE"
+            ):
+                return None
+            current = _described(m.current_assignment)
+            if group.group_type != "classic" and current != _described(m.target_assignment):
+                return None
             if current != w.running():
                 return None
             for r in current:
@@ -402,6 +469,36 @@ class ClassicFleet:
     def wait_stable(self, timeout_s: float = 15.0) -> Any:
         return wait_for(
             f"group {self.group} stable", self.stable, timeout_s, diagnostics=self.diagnostics
+        )
+
+    def wait_quiet(self, hold_s: float | None = None, timeout_s: float = 15.0) -> Any:
+        """Wait until `stable()` has held for `hold_s` (default: a heartbeat interval) with the
+        same group type, epoch (generation) and members throughout; the last DescribeGroups."""
+        hold = self.heartbeat_interval_ms / 1000 if hold_s is None else hold_s
+        since: list[Any] = []  # [first time seen, its signature]
+
+        def probe() -> Any | None:
+            group = self.stable()
+            if group is None:
+                since.clear()
+                return None
+            key = (
+                group.group_type,
+                group.group_epoch,
+                group.classic.generation_id,
+                frozenset(m.member_id for m in group.members),
+            )
+            now = time.monotonic()
+            if not since or since[1] != key:
+                since[:] = [now, key]
+            return group if now - since[0] >= hold else None
+
+        return wait_for(
+            f"group {self.group} quiet for {hold:g} s",
+            probe,
+            timeout_s,
+            interval_s=0.02,
+            diagnostics=self.diagnostics,
         )
 
     def orphans(self) -> set[str]:
@@ -421,32 +518,60 @@ class ClassicFleet:
         lines = []
         with contextlib.suppress(Exception):
             g = self.describe()
-            lines.append(
-                f"classic {g.classic.state} gen {g.classic.generation_id} "
-                f"leader {g.classic.leader_id} protocol {g.classic.protocol_name}"
-            )
+            if g.group_type == "classic":
+                lines.append(
+                    f"classic {g.classic.state} gen {g.classic.generation_id} "
+                    f"leader {g.classic.leader_id} protocol {g.classic.protocol_name}"
+                )
+            else:
+                lines.append(
+                    f"connect {g.state} epoch {g.group_epoch} assignment epoch "
+                    f"{g.assignment_epoch} assignor member {g.assignor_member_id!r} "
+                    f"{g.assignor_unavailable_reason!r}"
+                    + (
+                        f" scheduled rebalance at {g.scheduled_rebalance_at_ms}"
+                        f" (now {g.coordinator_time_ms})"
+                        if g.HasField("scheduled_rebalance_at_ms")
+                        else ""
+                    )
+                )
             for m in g.members:
                 lines.append(
-                    f"  {m.member_id}: synced={m.classic.synced} "
-                    f"current={list(m.current_assignment.connectors)}"
-                    f"+{[f'{t.connector}-{t.task}' for t in m.current_assignment.tasks]}"
+                    f"  {m.member_id} ({m.group_protocol}): epoch {m.member_epoch} {m.state} "
+                    f"synced={m.classic.synced} "
+                    f"current={_short(_described(m.current_assignment))} "
+                    f"pending={_short(_described(m.pending_revocation))} "
+                    f"target={_short(_described(m.target_assignment))}"
                 )
         for w in self.workers:
-            m = w.agent.machine
             lines.append(
-                f"{w.incarnation} ({w.member_id or '-'}): {m.phase.value} gen {m.generation} "
-                f"running {sorted(w.running())} dead={w.transport.dead} left={w.agent.left}"
+                f"{w.incarnation} ({w.member_id or '-'}, {w.group_protocol}): "
+                f"{w.agent.phase.value} epoch {w.epoch} settled={w.settled()} "
+                f"running {_short(w.running())} dead={w.transport.dead} left={w.agent.left}"
             )
         return "\n".join(lines)
 
 
+def _described(resources: Any) -> set[str]:
+    """A DescribeGroups `ConnectorsAndTasks` as resource names ("A", "A-0")."""
+    return set(resources.connectors) | {f"{t.connector}-{t.task}" for t in resources.tasks}
+
+
+def _short(resources: set[str], limit: int = 12) -> str:
+    """Resource names for a diagnostic line: a count, and the first few."""
+    names = sorted(resources)
+    more = f" +{len(names) - limit}" if len(names) > limit else ""
+    return f"{len(names)}{names[:limit]}{more}"
+
+
 @contextlib.contextmanager
 def classic_coordinator(
-    postgres_admin_url: str, log_dir: Path, delay_ms: int
+    postgres_admin_url: str, log_dir: Path, delay_ms: int, extra: Sequence[str] = ()
 ) -> Iterator[CoordinatorProcess]:
     """`coordinator-svc serve` on a database of its own, for classic workers with scaled-down
     timeouts: sessions down to 100 ms allowed, a 50 ms initial join-phase delay, and
-    `scheduled.rebalance.max.delay.ms` = `delay_ms` for new groups."""
+    `scheduled.rebalance.max.delay.ms` = `delay_ms` for new groups; `extra`: more flags (later
+    ones win, e.g. `--session-timeout-ms` for connect-protocol members)."""
     name = f"t_{uuid.uuid4().hex}"
     url = create_database(postgres_admin_url, name)
     flags = (
@@ -456,6 +581,7 @@ def classic_coordinator(
         "50",
         "--scheduled-rebalance-max-delay-ms",
         str(delay_ms),
+        *extra,
     )
     proc = CoordinatorProcess(url, *flags, log_path=log_dir / "coordinator.log")
     try:
