@@ -266,6 +266,18 @@ class _Join:
             state=MemberState.UNREVOKED if pending else MemberState.STABLE,
         )
 
+    def acting_version(self, member: Member) -> int | None:
+        """The embedded protocol version the member's worker acts on: that of the last answer it
+        was given (`accepted`: a generation's protocol in a classic group, its own first
+        protocol when its calls were translated in a connect group, DESIGN 3.19), else the
+        group's generation protocol; None when neither is known. After a downgrade the group's
+        protocol is a vote no member was told: a cooperative worker keeps running its work."""
+        info = member.classic
+        if info is not None and info.accepted is not None:
+            return info.accepted.version
+        protocol = classic_meta(self.change).protocol_name
+        return None if protocol is None else protocol_version(protocol)
+
     def released_per_allocation(self, member: Member) -> Member:
         """What the member no longer runs (DESIGN 3.19): a JoinGroup allocation omits it, the
         generation's protocol is version 0 (an eager worker stops everything before it joins)
@@ -273,10 +285,12 @@ class _Join:
         pending revocations are acknowledged, and the revocation bound ends with the last."""
         if not member.owned:
             return member
-        protocol = classic_meta(self.change).protocol_name
         keep = EMPTY
-        if protocol is not None and (protocol_version(protocol) or 0) > 0:
-            listed = next((p for p in self.req.protocols if p.name == protocol), None)
+        if (self.acting_version(member) or 0) > 0:
+            # Connect's worker sends the same allocation under each cooperative protocol.
+            listed = next(
+                (p for p in self.req.protocols if p.metadata.allocation is not None), None
+            )
             if listed is not None and listed.metadata.allocation is not None:
                 keep = listed.metadata.allocation
         assigned = member.assigned & keep

@@ -16,11 +16,11 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from connect_protocol.classic_messages import JoinGroupResponse
+from connect_protocol.classic_messages import JoinGroupResponse, protocol_version
 from connect_protocol.errors import ErrorCode
 
 from .change import GroupChange
-from .classic_model import ClassicGroupMeta, ClassicState, GroupType
+from .classic_model import AcceptedAssignment, ClassicGroupMeta, ClassicState, GroupType
 from .errors import IllegalStateError
 from .model import GroupState, MemberState, TargetAssignment, TargetEntry
 from .records import EventType
@@ -34,6 +34,9 @@ from .results import (
     WAKE_JOIN,
     WAKE_SYNC,
 )
+
+#: A generation no call names (generations start at 0).
+NO_GENERATION = -1
 
 TO_CLASSIC = "to_classic"
 TO_CONNECT = "to_connect"
@@ -161,7 +164,9 @@ def upgrade(change: GroupChange) -> None:
                 assignors=assignors_of(info.protocols),
                 state=MemberState.UNREVOKED if member.pending_revocation else MemberState.STABLE,
                 stable_since_epoch=epoch,
-                classic=replace(info, accepted=None),
+                # Only the protocol version its worker acts on is kept (the generation never
+                # matches: a SyncGroup is answered what its translated JoinGroup fixes).
+                classic=replace(info, accepted=_acting(classic)),
             )
         )
         if member.assigned:
@@ -238,7 +243,8 @@ def downgrade(change: GroupChange, reason: str) -> None:
             replace(
                 member,
                 state=MemberState.UNREVOKED if member.pending_revocation else MemberState.STABLE,
-                classic=replace(member.classic, accepted=None),
+                # `accepted` stays: it says which protocol version its worker acts on.
+                classic=member.classic,
             )
         )
     _emptied_target(change, epoch)
@@ -253,6 +259,15 @@ def downgrade(change: GroupChange, reason: str) -> None:
         change, TO_CLASSIC, epoch, {GroupType.CLASSIC.value: len(members)}, protocol=protocol
     )
     prepare_rebalance(change, reason)
+
+
+def _acting(classic: ClassicGroupMeta) -> AcceptedAssignment | None:
+    """What a classic member keeps of its accepted assignment through an upgrade: the version
+    of the generation's protocol it acts on, under a generation no call can name."""
+    if classic.protocol_name is None:
+        return None
+    version = protocol_version(classic.protocol_name)
+    return None if version is None else AcceptedAssignment(NO_GENERATION, version, answered=True)
 
 
 def _converted(

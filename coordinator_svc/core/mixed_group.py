@@ -207,7 +207,14 @@ def translated_join(
     else:
         hold = change.hold(req.member_id)
         if hold is not None:
+            # A member removed with its work held (a missed deadline, a session expiry): as in
+            # a classic group and Kafka, its id is gone. Admitting it anew would answer it
+            # NONE, which restarts its worker's fencing clock while the hold keeps its old end.
             _check_bound(principal, hold.principal, req.member_id)
+            raise UnknownMemberId(
+                f"member {req.member_id!r} was removed from group {req.group_id!r}; stop your "
+                "work and join with an empty member id."
+            )
         member = _joined(change, req, principal)
     first = req.protocols[0]
     owned = owned_list(first)

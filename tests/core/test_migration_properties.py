@@ -78,11 +78,11 @@ CLASSIC_KINDS = ("sessioned", "compatible", "default")
 POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 MAX_WORKERS = 5
 
-#: Each keeps the machine away from one known core bug (the xfail test named where it is used),
-#: so that it goes on finding others: the worker stops its work just before the JoinGroup the
-#: bug mishandles (counted as a "masked" statistics event). Set to False once that test passes.
-MASK_DOWNGRADE_PROTOCOL_BUG = True
-MASK_HELD_REJOIN_BUG = True
+#: Each kept the machine away from one core bug while it was open (the reproduction named where
+#: it is used), so that it went on finding others: the worker stops its work just before the
+#: JoinGroup the bug mishandled (a "masked" statistics event). Both bugs are fixed: False.
+MASK_DOWNGRADE_PROTOCOL_BUG = False
+MASK_HELD_REJOIN_BUG = False
 
 
 def _event(text: str) -> None:
@@ -807,15 +807,6 @@ TestMigrationProperties = MigrationMachine.TestCase
 # --- reproductions of bugs the machine found ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a downgrade records the vote's protocol (default, version 0) as the group's, which no "
-        "member was told; a cooperative worker's JoinGroup is then taken as releasing all it "
-        "runs (classic_join released_per_allocation), and its work is given to another worker "
-        "while it still runs it"
-    ),
-)
 def test_a_cooperative_worker_rejoining_after_a_downgrade_to_eager_keeps_its_work() -> None:
     h = Harness()
     h.put_connector("B", 0)
@@ -858,16 +849,6 @@ def test_a_cooperative_worker_rejoining_after_a_downgrade_to_eager_keeps_its_wor
     assert not handed_b, "B is given to c3 while c2 still runs it"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a classic member of a connect group removed with a hold (missed sync deadline) that "
-        "sends JoinGroup under its old id is admitted as a new member and answered NONE "
-        "(mixed_group.translated_join -> _joined), which restarts its agent's fencing clock, "
-        "while the hold on what it reported running keeps its old end: the work is given to "
-        "another member while the worker may still run it (DESIGN 3.13, 3.19)"
-    ),
-)
 def test_a_removed_classic_member_rejoining_a_connect_group_keeps_its_work_held() -> None:
     h = Harness()
     h.put_connector("A", 0)
