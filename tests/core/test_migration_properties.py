@@ -32,7 +32,6 @@ import contextlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
