@@ -52,7 +52,7 @@ def _counts(registry: CollectorRegistry) -> dict[str, float]:
 def test_every_rpc_lands_in_its_own_series(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert len(METHODS) == 12
+    assert len(METHODS) == 14
     pooled: list[str] = []  # heartbeats that took the pool's (full) path
     full_path = CoordinatorServicer.ConnectGroupHeartbeat
 
@@ -101,6 +101,10 @@ def test_every_rpc_lands_in_its_own_series(
             lambda: admin.ListAcls(admin_pb2.ListAclsRequest(), timeout=10),
             lambda: admin.AddAcl(admin_pb2.AddAclRequest(), timeout=10),
             lambda: admin.RemoveAcl(admin_pb2.RemoveAclRequest(), timeout=10),
+            lambda: admin.DescribeFeatures(admin_pb2.DescribeFeaturesRequest(), timeout=10),
+            lambda: admin.UpdateFeatures(
+                admin_pb2.UpdateFeaturesRequest(feature="group.version", level=1), timeout=10
+            ),
         ]
         for call in calls:
             call()
@@ -131,6 +135,8 @@ def test_every_rpc_lands_in_its_own_series(
         "ListAcls": 1,
         "AddAcl": 1,
         "RemoveAcl": 1,
+        "DescribeFeatures": 1,
+        "UpdateFeatures": 1,
     }
     assert set(counts) == METHODS  # the label's values: method names, nothing else
     # Every series has every bucket, and its time is a plausible one.
