@@ -539,13 +539,15 @@ def _moves(
         after.update(dict.fromkeys(gained.tasks, member_id))
     # A target gives a resource to one member at most, so a resource a changed member kept is
     # in neither map, and one in either map changed its owner.
+    # A connector may be named like another's task ("c-1" and task 1 of "c"): the kind breaks
+    # the tie, so no two keys are equal and the owners (a name or None) are never compared.
     named = sorted_in_chunks(
-        (str(resource), before.get(resource), after.get(resource))
+        (str(resource), isinstance(resource, TaskId), before.get(resource), after.get(resource))
         for resource in before.keys() | after.keys()
     )
     moves: list[dict[str, str | None]] = [
         {"resource": name, "from": was_owner, "to": now_owner}
-        for name, was_owner, now_owner in named
+        for name, _task, was_owner, now_owner in named
     ]
     # The shares are within the catalogue and disjoint (validated), so when their sizes add up
     # to the catalogue's, nothing is unassigned: no copy of a 100,000-task catalogue set (one

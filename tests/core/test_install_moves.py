@@ -71,3 +71,24 @@ def test_moves_equal_the_plain_definition(old: TargetAssignment, new: TargetAssi
     assert moves == _plain_moves(old, new, changed)
     given_out = {n for e in new.members.values() for n in e.resources.names()}
     assert unassigned == sorted(set(CATALOGUE.names()) - given_out)
+
+
+def test_a_connector_named_like_another_connectors_task_moves_without_a_crash() -> None:
+    """Found by bench/run-fuzz: connector "c-1" and task 1 of "c" share a display name; the
+    moves were sorted by (name, from, to) and compared None with a member id."""
+    catalogue = ResourceSet.of(["c", "c-1"], [("c", 1)])
+    old = TargetAssignment(1, MappingProxyType({"m1": TargetEntry(ResourceSet.of(["c-1"], []))}))
+    new = TargetAssignment(
+        2,
+        MappingProxyType(
+            {
+                "m1": TargetEntry(ResourceSet.of([], [("c", 1)])),
+                "m2": TargetEntry(ResourceSet.of(["c", "c-1"], [])),
+            }
+        ),
+    )
+    moves, unassigned = _moves(old, new, _changed(old, new), catalogue)
+    assert sorted((m["resource"], m["from"], m["to"]) for m in moves if m["from"]) == [
+        ("c-1", "m1", "m2")
+    ]
+    assert len(moves) == 3 and unassigned == []
