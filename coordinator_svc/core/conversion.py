@@ -179,21 +179,24 @@ def upgrade(change: GroupChange) -> None:
     _converted(change, TO_CONNECT, generation, counts, classic_state=classic.state.value)
 
 
-def downgrade_due(change: GroupChange) -> bool:
-    """Whether the connect group has members, all of the classic protocol (the last
-    connect-protocol member is gone), and its policy allows the downgrade. O(members changed)."""
+def _downgrade_allowed(change: GroupChange) -> bool:
+    """A connect group without connect-protocol members (classic ones only, or none) whose
+    policy allows the downgrade. O(members changed)."""
     from connect_protocol.configs import MIGRATION_POLICY
 
     from .mixed_group import conversion_allowed
 
-    if change.meta.is_classic:
-        return False
-    count = change.member_count()
     return (
-        count > 0
-        and change.classic_member_count() == count
+        not change.meta.is_classic
+        and change.classic_member_count() == change.member_count()
         and conversion_allowed(change.config(MIGRATION_POLICY), TO_CLASSIC)
     )
+
+
+def downgrade_due(change: GroupChange) -> bool:
+    """Whether the connect group has members, all of the classic protocol (the last
+    connect-protocol member is gone), and its policy allows the downgrade. O(members changed)."""
+    return change.member_count() > 0 and _downgrade_allowed(change)
 
 
 def downgrade_for_classic_join(change: GroupChange) -> bool:
@@ -201,13 +204,7 @@ def downgrade_for_classic_join(change: GroupChange) -> bool:
     holds) and has no connect-protocol member: downgrade it if the policy allows, so that the
     join proceeds on a classic group (else the join would make a connect group nobody can
     compute for). Whether it did."""
-    from connect_protocol.configs import MIGRATION_POLICY
-
-    from .mixed_group import conversion_allowed
-
-    if change.meta.is_classic or change.classic_member_count() != change.member_count():
-        return False
-    if not conversion_allowed(change.config(MIGRATION_POLICY), TO_CLASSIC):
+    if not _downgrade_allowed(change):
         return False
     downgrade(change, "a classic worker joined a connect group without connect members")
     return True
