@@ -20,7 +20,13 @@ from connect_protocol.classic_messages import JoinGroupResponse, protocol_versio
 from connect_protocol.errors import ErrorCode
 
 from .change import GroupChange
-from .classic_model import AcceptedAssignment, ClassicGroupMeta, ClassicState, GroupType
+from .classic_model import (
+    AcceptedAssignment,
+    ClassicGroupMeta,
+    ClassicMemberInfo,
+    ClassicState,
+    GroupType,
+)
 from .errors import IllegalStateError
 from .model import GroupState, MemberState, TargetAssignment, TargetEntry
 from .records import EventType
@@ -166,7 +172,7 @@ def upgrade(change: GroupChange) -> None:
                 stable_since_epoch=epoch,
                 # Only the protocol version its worker acts on is kept (the generation never
                 # matches: a SyncGroup is answered what its translated JoinGroup fixes).
-                classic=replace(info, accepted=_acting(classic)),
+                classic=replace(info, accepted=_acting(classic, info)),
             )
         )
         if member.assigned:
@@ -258,12 +264,17 @@ def downgrade(change: GroupChange, reason: str) -> None:
     prepare_rebalance(change, reason)
 
 
-def _acting(classic: ClassicGroupMeta) -> AcceptedAssignment | None:
-    """What a classic member keeps of its accepted assignment through an upgrade: the version
-    of the generation's protocol it acts on, under a generation no call can name."""
-    if classic.protocol_name is None:
-        return None
-    version = protocol_version(classic.protocol_name)
+def _acting(classic: ClassicGroupMeta, info: ClassicMemberInfo) -> AcceptedAssignment | None:
+    """What a classic member keeps of its accepted assignment through an upgrade: the protocol
+    version its worker acts on (its last answer's; else the generation's protocol), under a
+    generation no call can name. A member that has not rejoined since an earlier downgrade
+    still acts on its translated answer's version, not on the group's voted protocol."""
+    if info.accepted is not None:
+        version: int | None = info.accepted.version
+    elif classic.protocol_name is not None:
+        version = protocol_version(classic.protocol_name)
+    else:
+        version = None
     return None if version is None else AcceptedAssignment(NO_GENERATION, version, answered=True)
 
 

@@ -893,3 +893,24 @@ def test_a_removed_classic_member_rejoining_a_connect_group_keeps_its_work_held(
             f"B given to n1 at {h.now_ms}; c2 was answered NONE at {answered_at} and may run "
             f"it until {answered_at + SESSION - INTERVAL}"
         )
+
+
+def test_a_member_not_rejoined_since_a_downgrade_keeps_its_protocol_through_the_next_upgrade() -> (
+    None
+):
+    """Found by the machine: upgrade, downgrade (the vote: `default`), upgrade again before a
+    sessioned worker rejoined; the second upgrade took the group's voted version as the one
+    the worker acts on, and its next JoinGroup was read as releasing what it still ran."""
+    s = MigrationMachine()
+    s.setup(start="classic", kinds=["default"], tasks=(0, 0), policy="bidirectional")
+    for step in (
+        s.connect_joins,
+        lambda: s.time_passes(busy=True, ms=600),
+        lambda: s.connect_leaves(i=0),
+        s.connect_joins,
+        lambda: s.connect_leaves(i=0),
+        lambda: s.classic_rejoins(i=0),
+    ):
+        step()
+        s.invariants_hold()
+    s.teardown()
