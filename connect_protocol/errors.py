@@ -39,6 +39,7 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_ASSIGNOR = 112
     COMPUTE_ASSIGNMENT = 10001
     INVALID_ASSIGNMENT = 10002
+    NOT_RESOURCE_OWNER = 10003  # a status entry for a resource not held under that token
 
 
 class CoordinatorError(Exception):

@@ -67,6 +67,8 @@ class HeartbeatResponse:
     heartbeat_interval_ms: int = 0
     session_timeout_ms: int = 0
     assignment: AssignmentMessage | None = None
+    #: The member's lifecycle revision (DESIGN 3.20): fetch configs when it moved.
+    lifecycle_revision: int = 0
 
 
 @dataclass(frozen=True, slots=True)

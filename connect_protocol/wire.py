@@ -206,6 +206,7 @@ def heartbeat_response_to_wire(
         member_epoch=resp.member_epoch,
         heartbeat_interval_ms=resp.heartbeat_interval_ms,
         session_timeout_ms=resp.session_timeout_ms,
+        lifecycle_revision=resp.lifecycle_revision,
     )
     if resp.assignment is not None:
         a = resp.assignment
@@ -291,4 +292,5 @@ def heartbeat_response_from_wire(
         heartbeat_interval_ms=msg.heartbeat_interval_ms,
         session_timeout_ms=msg.session_timeout_ms,
         assignment=assignment,
+        lifecycle_revision=msg.lifecycle_revision,
     )

@@ -615,6 +615,7 @@ class GroupChange:
                 previous_epoch=m.previous_epoch,
                 state=m.state,
                 stable_since_epoch=m.stable_since_epoch,
+                lifecycle_revision=m.lifecycle_revision,
             )
 
         changed.sort(key=lambda m: (gives_up(m), m.member_id))

@@ -147,6 +147,8 @@ class Member:
         stable_since_epoch: the member epoch at which it was last sent its current assignment
             (DESIGN 3.21); changed only when its assignment, pending set or state changes,
             never when an install moves it to a new epoch with its share unchanged.
+        lifecycle_revision: raised whenever what it must know about what it holds changes
+            (DESIGN 3.20): a grant, a held connector's config. A level its answers carry.
         classic: what a member of the classic protocol has besides (DESIGN 3.19); None for a
             connect-protocol member. A classic member's `assigned` is what it holds,
             `pending_revocation` what it must still release, `member_epoch` the last
@@ -167,6 +169,7 @@ class Member:
     tokens: FencingTokens = NO_TOKENS
     last_grant_at_ms: int = 0
     stable_since_epoch: int = 0
+    lifecycle_revision: int = 0
     classic: ClassicMemberInfo | None = None
 
     @property
@@ -188,6 +191,36 @@ class Member:
             if a.name == name:
                 return a
         return None
+
+
+class StatusState(StrEnum):
+    """A resource's state (Kafka Connect's). UNASSIGNED is never stored: it is what a resource
+    reads as when its holder has not reported under its grant (DESIGN 3.20)."""
+
+    UNASSIGNED = "UNASSIGNED"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    RESTARTING = "RESTARTING"
+
+
+#: The task number a connector's own status is kept under.
+CONNECTOR_TASK = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceStatus:
+    """What a resource's holder last reported (DESIGN 3.20): the state, who reported it under
+    which grant's fencing token, when, and the trace (cut to --status-trace-max-bytes). It
+    counts only while `member_id` holds the resource under `token` (`core.status.read`)."""
+
+    state: StatusState
+    member_id: str
+    token: int
+    reported_at_ms: int
+    trace: str = ""
+    restart_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +395,9 @@ class GroupState:
         #: `supportedProtocols`), not by looking at every member.
         self.classic_protocol_counts: dict[str, int] = {}
         self.classic_members = 0
+        #: Resources' statuses as reported (DESIGN 3.20): connector -> task (CONNECTOR_TASK for
+        #: the connector itself) -> status. Kept per connector so that deleting one is O(1).
+        self.statuses: dict[str, dict[int, ResourceStatus]] = {}
 
     @property
     def target(self) -> TargetAssignment:
@@ -435,6 +471,7 @@ class GroupState:
         view.members = dict(self.members)
         view.catalogue = dict(self.catalogue)
         view.configs = dict(self.configs)
+        view.statuses = {c: dict(by_task) for c, by_task in self.statuses.items()}
         view.unsettled = set(self.unsettled)
         view._catalogue_changed = dict(self._catalogue_changed)
         view.round = None if self.round is None else self.round.copy()
@@ -456,8 +493,10 @@ class GroupState:
         self._count(connector, 1)
 
     def remove_connector(self, name: str) -> None:
+        """The connector and its statuses go (the store deletes their rows with it)."""
         if name in self.catalogue:
             self._catalogue_changing(name)
+        self.statuses.pop(name, None)
         old = self.catalogue.pop(name, None)
         if old is not None:
             self._count(old, -1)
@@ -563,6 +602,22 @@ class GroupState:
             self.unsettled.discard(member.member_id)
         else:
             self.unsettled.add(member.member_id)
+
+    def resource_status(self, connector: str, task: int) -> ResourceStatus | None:
+        """The stored status of a connector (task CONNECTOR_TASK) or task. O(1)."""
+        by_task = self.statuses.get(connector)
+        return None if by_task is None else by_task.get(task)
+
+    def put_status(self, connector: str, task: int, status: ResourceStatus | None) -> None:
+        """Store (None: forget) a resource's status. O(1)."""
+        if status is None:
+            by_task = self.statuses.get(connector)
+            if by_task is not None:
+                by_task.pop(task, None)
+                if not by_task:
+                    del self.statuses[connector]
+        else:
+            self.statuses.setdefault(connector, {})[task] = status
 
     def put_member_epoch(self, member: Member) -> None:
         """Replace a member whose epoch alone changed (an install's epoch-only move, DESIGN

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any, Protocol, assert_never
 
 from .classic_model import RoundDelta
-from .model import Connector, GroupMeta, Member, TargetAssignment
+from .model import Connector, GroupMeta, Member, ResourceStatus, TargetAssignment
 
 
 class EventType(StrEnum):
@@ -41,6 +41,9 @@ class EventType(StrEnum):
     CONNECTOR_PUT = "CONNECTOR_PUT"
     CONNECTOR_DELETED = "CONNECTOR_DELETED"
     CONFIG_ALTERED = "CONFIG_ALTERED"
+    #: Resources' statuses changed by a holder's report (DESIGN 3.20): `changes` [{connector,
+    #: task?, state, previous_state, fencing_token, trace_digest?}]; traces only as digests.
+    STATUS_CHANGED = "STATUS_CHANGED"
     #: Calls denied by authorization, aggregated per principal and operation per interval,
     #: with a count and a sample of the groups (written by the authorizer, outside any group's
     #: commit; group_epoch -1; group id the one group named, else "").
@@ -90,8 +93,8 @@ class TargetRecord:
 @dataclass(frozen=True, slots=True)
 class MemberRecord:
     """A member as it is now. `epoch_only`: it differs from the committed member only in its
-    epochs and state (a member moving to a new epoch keeping its work), so the store updates
-    just those columns."""
+    epochs, state and lifecycle revision (a member moving to a new epoch keeping its work, a
+    holder told of a config change), so the store updates just those columns."""
 
     group_id: str
     member: Member
@@ -135,6 +138,16 @@ class ConfigRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusRecord:
+    """Resources' statuses as they are now (DESIGN 3.20): (connector, task) -> status, task
+    CONNECTOR_TASK for a connector; None: the row is gone. A connector's rows also go with the
+    connector (ConnectorRemovedRecord)."""
+
+    group_id: str
+    statuses: Mapping[tuple[str, int], ResourceStatus | None]
+
+
+@dataclass(frozen=True, slots=True)
 class ClassicRoundRecord:
     """A change of a classic group's volatile round (DESIGN 3.19): applied by replay (and taken
     back with the rest of a failed batch), never written by the store (the round is not
@@ -165,6 +178,7 @@ StateRecord = (
     | ConnectorRecord
     | ConnectorRemovedRecord
     | ConfigRecord
+    | StatusRecord
 )
 Record = StateRecord | ClassicRoundRecord | EventRecord
 
@@ -191,6 +205,8 @@ class RecordVisitor(Protocol):
 
     def configs(self, record: ConfigRecord) -> None: ...
 
+    def statuses(self, record: StatusRecord) -> None: ...
+
     def classic_round(self, record: ClassicRoundRecord) -> None: ...
 
     def event(self, record: EventRecord) -> None: ...
@@ -215,6 +231,8 @@ def visit(record: Record, visitor: RecordVisitor) -> None:
             visitor.connector_removed(record)
         case ConfigRecord():
             visitor.configs(record)
+        case StatusRecord():
+            visitor.statuses(record)
         case ClassicRoundRecord():
             visitor.classic_round(record)
         case EventRecord():

@@ -12,7 +12,15 @@ from dataclasses import replace
 
 from .classic_model import ClassicRound
 from .errors import IllegalStateError
-from .model import Connector, GroupMeta, GroupState, Member, MemberState, TargetAssignment
+from .model import (
+    Connector,
+    GroupMeta,
+    GroupState,
+    Member,
+    MemberState,
+    ResourceStatus,
+    TargetAssignment,
+)
 from .records import (
     ClassicRoundRecord,
     ConfigRecord,
@@ -24,6 +32,7 @@ from .records import (
     MemberRemovedRecord,
     MembersMovedRecord,
     Record,
+    StatusRecord,
     TargetRecord,
     visit,
 )
@@ -123,10 +132,26 @@ def _restore_round(old: ClassicRound | None, record: ClassicRoundRecord) -> Step
     return step
 
 
-def _restore_connector(name: str, old: Connector | None) -> Step:
+def _restore_connector(
+    name: str, old: Connector | None, statuses: dict[int, ResourceStatus] | None = None
+) -> Step:
     if old is None:
         return lambda s: s.remove_connector(name)
-    return lambda s: s.put_connector(old)
+
+    def restore(s: GroupState) -> None:
+        s.put_connector(old)
+        if statuses is not None:
+            s.statuses[name] = statuses
+
+    return restore
+
+
+def _restore_statuses(old: list[tuple[str, int, ResourceStatus | None]]) -> Step:
+    def restore(s: GroupState) -> None:
+        for connector, task, status in old:
+            s.put_status(connector, task, status)
+
+    return restore
 
 
 class _Remember:
@@ -160,7 +185,14 @@ class _Remember:
         self.undo.push(_restore_connector(name, self.state.catalogue.get(name)))
 
     def connector_removed(self, record: ConnectorRemovedRecord) -> None:
-        self.undo.push(_restore_connector(record.name, self.state.catalogue.get(record.name)))
+        state, name = self.state, record.name
+        old_statuses = state.statuses.get(name)
+        self.undo.push(_restore_connector(name, state.catalogue.get(name), old_statuses))
+
+    def statuses(self, record: StatusRecord) -> None:
+        state = self.state
+        old = [(c, t, state.resource_status(c, t)) for c, t in record.statuses]
+        self.undo.push(_restore_statuses(old))
 
     def configs(self, record: ConfigRecord) -> None:
         self.undo.push(_set_configs(self.state.configs))
@@ -252,6 +284,10 @@ class _Apply:
 
     def configs(self, record: ConfigRecord) -> None:
         self.state.configs = dict(record.configs)
+
+    def statuses(self, record: StatusRecord) -> None:
+        for (connector, task), status in record.statuses.items():
+            self.state.put_status(connector, task, status)
 
     def classic_round(self, record: ClassicRoundRecord) -> None:
         """The round changes in place, at the cost of what the delta names (DESIGN 3.21)."""

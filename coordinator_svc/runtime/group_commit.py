@@ -62,6 +62,7 @@ from ..core.records import (
     MemberRemovedRecord,
     MembersMovedRecord,
     Record,
+    StatusRecord,
     TargetRecord,
     visit,
 )
@@ -491,6 +492,9 @@ class _MembersWritten:
         pass
 
     def configs(self, record: ConfigRecord) -> None:
+        pass
+
+    def statuses(self, record: StatusRecord) -> None:
         pass
 
     def classic_round(self, record: ClassicRoundRecord) -> None:

@@ -255,8 +255,15 @@ class Reads:
             configs = select(schema.group_configs, schema.group_configs.c.name)
             connectors = select(schema.connectors, schema.connectors.c.name)
             members = select(schema.members, schema.members.c.member_id)
+            statuses = select(schema.resource_statuses)
             return rows.group_records(
-                meta[0], target[0] if target else None, target_members, configs, connectors, members
+                meta[0],
+                target[0] if target else None,
+                target_members,
+                configs,
+                connectors,
+                members,
+                statuses,
             )
 
         records = self._db.retrying(False, read)

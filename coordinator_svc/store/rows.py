@@ -32,6 +32,8 @@ from coordinator_svc.core.model import (
     Member,
     MemberState,
     PreparedSnapshot,
+    ResourceStatus,
+    StatusState,
     TargetAssignment,
     TargetEntry,
 )
@@ -42,6 +44,7 @@ from coordinator_svc.core.records import (
     GroupMetaRecord,
     MemberRecord,
     Record,
+    StatusRecord,
     TargetRecord,
 )
 from coordinator_svc.store.stored_sets import (
@@ -381,6 +384,7 @@ def member_row(group_id: str, member: Member) -> dict[str, Any]:
         "fencing_tokens": tokens_column(member.tokens),
         "last_grant_at_ms": member.last_grant_at_ms,
         "stable_since_epoch": member.stable_since_epoch,
+        "lifecycle_revision": member.lifecycle_revision,
         **_classic_member_columns(member.classic),
     }
 
@@ -394,6 +398,7 @@ def member_epoch_row(group_id: str, member: Member) -> dict[str, Any]:
         "p_previous": member.previous_epoch,
         "p_state": member.state.value,
         "p_stable_since": member.stable_since_epoch,
+        "p_revision": member.lifecycle_revision,
     }
 
 
@@ -419,6 +424,7 @@ def member_from_row(row: Row) -> Member:
         tokens=tokens_from_column(row["fencing_tokens"]),
         last_grant_at_ms=int(row["last_grant_at_ms"]),
         stable_since_epoch=int(row["stable_since_epoch"]),
+        lifecycle_revision=int(row["lifecycle_revision"]),
         classic=_classic_member_from_row(row),
     )
 
@@ -523,6 +529,40 @@ def event_row(event: EventRecord) -> dict[str, Any]:
     }
 
 
+# --- statuses ------------------------------------------------------------------------------
+
+
+def status_row(group_id: str, connector: str, task: int, status: ResourceStatus) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "connector": connector,
+        "task": task,
+        "state": status.state.value,
+        "member_id": status.member_id,
+        "fencing_token": status.token,
+        "restart_count": status.restart_count,
+        "trace": status.trace,
+        "reported_at_ms": status.reported_at_ms,
+    }
+
+
+def statuses_from_rows(group_id: str, status_rows: Iterable[Row]) -> StatusRecord:
+    return StatusRecord(
+        group_id,
+        {
+            (row["connector"], int(row["task"])): ResourceStatus(
+                state=StatusState(row["state"]),
+                member_id=row["member_id"],
+                token=int(row["fencing_token"]),
+                reported_at_ms=int(row["reported_at_ms"]),
+                trace=row["trace"] or "",
+                restart_count=int(row["restart_count"] or 0),
+            )
+            for row in status_rows
+        },
+    )
+
+
 # --- a whole group ------------------------------------------------------------------------
 
 
@@ -533,6 +573,7 @@ def group_records(
     configs: Sequence[Row],
     connectors: Sequence[Row],
     members: Sequence[Row],
+    statuses: Sequence[Row] = (),
 ) -> list[Record]:
     """The records that rebuild a stored group through `replay.new_state`: metadata first, then
     the target, configurations, catalogue and members.
@@ -556,4 +597,6 @@ def group_records(
         records.append(ConfigRecord(meta.group_id, configs_from_rows(configs)))
     records.extend(ConnectorRecord(meta.group_id, connector_from_row(c)) for c in connectors)
     records.extend(MemberRecord(meta.group_id, member_from_row(m)) for m in members)
+    if statuses:
+        records.append(statuses_from_rows(meta.group_id, statuses))
     return records

@@ -25,6 +25,8 @@ GROUP_TYPE_CLASSIC = "classic"
 #: The group types the schema takes (DESIGN 3.19); also each member's `group_protocol`.
 GROUP_TYPES = (GROUP_TYPE_CONNECT, GROUP_TYPE_CLASSIC)
 MEMBER_STATES = ("STABLE", "UNREVOKED", "UNRELEASED", "LEFT")
+#: What a resource's status row may hold (UNASSIGNED is derived when read, never stored).
+RESOURCE_STATES = ("RUNNING", "PAUSED", "FAILED", "STOPPED", "RESTARTING")
 CLASSIC_STATES = ("EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE")
 
 
@@ -181,6 +183,9 @@ class MemberRow(Base):
     session_timeout_ms: Mapped[int | None] = mapped_column(sa.Integer)
     last_joined_generation: Mapped[int | None] = mapped_column(sa.Integer)
     classic_assignment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Raised in the transaction of any change to what the member must know about what it holds
+    # (DESIGN 3.20): a grant, a held connector's config or target state, a restart.
+    lifecycle_revision: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
 
 
 class ConnectorRow(Base):
@@ -195,6 +200,30 @@ class ConnectorRow(Base):
     # `connect_protocol.configs.config_digest(config)`: what the audit export keeps instead of
     # the values (configs carry secrets).
     config_digest: Mapped[str] = mapped_column(sa.String(80), server_default="")
+
+
+class ResourceStatusRow(Base):
+    """What a resource's holder last reported (DESIGN 3.20, `core.model.ResourceStatus`): one
+    row per connector (task -1) or task that was ever reported or restarted. Whether it counts
+    is derived when read (the member and token must still be its holder's grant), so a
+    rebalance writes none; deleted with the connector."""
+
+    __tablename__ = "resource_statuses"
+    __table_args__ = (
+        sa.CheckConstraint(
+            "state IN (" + ", ".join(f"'{s}'" for s in RESOURCE_STATES) + ")", name="state"
+        ),
+    )
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), _group_fk(), primary_key=True)
+    connector: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    task: Mapped[int] = mapped_column(sa.Integer, primary_key=True)  # -1: the connector itself
+    state: Mapped[str] = mapped_column(sa.String(16))
+    member_id: Mapped[str] = mapped_column(sa.String)  # who reported it ("" for a restart only)
+    fencing_token: Mapped[int] = mapped_column(sa.BigInteger)
+    restart_count: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    trace: Mapped[str] = mapped_column(sa.Text, server_default="")
+    reported_at_ms: Mapped[int] = mapped_column(sa.BigInteger)
 
 
 class TargetAssignmentRow(Base):
@@ -339,6 +368,7 @@ def _table(model: type[Base]) -> sa.Table:
 groups = _table(Group)
 group_leases = _table(GroupLease)
 members = _table(MemberRow)
+resource_statuses = _table(ResourceStatusRow)
 connectors = _table(ConnectorRow)
 target_assignments = _table(TargetAssignmentRow)
 target_assignment_members = _table(TargetAssignmentMemberRow)
@@ -357,5 +387,6 @@ STATE_TABLES = (
     target_assignments,
     target_assignment_members,
     group_configs,
+    resource_statuses,
 )
 """Tables that hold group state (not leases, not events), in foreign-key order."""

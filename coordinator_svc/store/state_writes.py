@@ -14,7 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
-from coordinator_svc.core.model import Connector, GroupMeta, Member, TargetAssignment
+from coordinator_svc.core.model import (
+    Connector,
+    GroupMeta,
+    Member,
+    ResourceStatus,
+    TargetAssignment,
+)
 from coordinator_svc.core.records import (
     ClassicRoundRecord,
     ConfigRecord,
@@ -26,6 +32,7 @@ from coordinator_svc.core.records import (
     MemberRemovedRecord,
     MembersMovedRecord,
     Record,
+    StatusRecord,
     TargetRecord,
     record_group_id,
     visit,
@@ -52,6 +59,8 @@ class Plan:
     #: plan (DESIGN 3.21): member id -> epoch; written with one statement per epoch.
     moved: dict[str, int] = field(default_factory=dict)
     events: list[EventRecord] = field(default_factory=list)
+    #: Resources' statuses (connector, task) -> status (None: deleted), DESIGN 3.20.
+    statuses: dict[tuple[str, int], ResourceStatus | None] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -65,6 +74,7 @@ class Plan:
             and not self.members
             and not self.moved
             and not self.events
+            and not self.statuses
         )
 
     @staticmethod
@@ -135,10 +145,16 @@ class _Fold:
         self.plan.connectors[record.connector.name] = record.connector
 
     def connector_removed(self, record: ConnectorRemovedRecord) -> None:
-        self.plan.connectors[record.name] = None
+        plan, name = self.plan, record.name
+        plan.connectors[name] = None
+        for key in [k for k in plan.statuses if k[0] == name]:  # its rows go with it
+            del plan.statuses[key]
 
     def configs(self, record: ConfigRecord) -> None:
         self.plan.configs = record.configs
+
+    def statuses(self, record: StatusRecord) -> None:
+        self.plan.statuses.update(record.statuses)
 
     def classic_round(self, record: ClassicRoundRecord) -> None:
         pass  # the round is not persisted (DESIGN 3.19 "Takeover")
@@ -203,11 +219,15 @@ class WriteStatements:
     delete_configs: sa.Executable
     insert_configs: sa.Executable
     insert_events: sa.Executable
+    upsert_statuses: sa.Executable
+    delete_statuses: sa.Executable
+    delete_connector_statuses: sa.Executable
 
     @staticmethod
     def build(db: Database) -> WriteStatements:
         m, c = schema.members.c, schema.connectors.c
         tm, gc = schema.target_assignment_members, schema.group_configs
+        rs = schema.resource_statuses
         delete_target_members = sa.delete(tm).where(tm.c.group_id == sa.bindparam("p_group"))
         return WriteStatements(
             upsert_group=_upsert(db.insert, schema.groups),
@@ -227,6 +247,7 @@ class WriteStatements:
                     previous_epoch=sa.bindparam("p_previous"),
                     state=sa.bindparam("p_state"),
                     stable_since_epoch=sa.bindparam("p_stable_since"),
+                    lifecycle_revision=sa.bindparam("p_revision"),
                 )
             ),
             move_members=sa.update(schema.members)
@@ -249,6 +270,16 @@ class WriteStatements:
             delete_configs=sa.delete(gc).where(gc.c.group_id == sa.bindparam("p_group")),
             insert_configs=sa.insert(gc),
             insert_events=sa.insert(schema.events),
+            upsert_statuses=_upsert(db.insert, schema.resource_statuses),
+            delete_statuses=sa.delete(rs).where(
+                rs.c.group_id == sa.bindparam("p_group"),
+                rs.c.connector == sa.bindparam("p_connector"),
+                rs.c.task == sa.bindparam("p_task"),
+            ),
+            delete_connector_statuses=sa.delete(rs).where(
+                rs.c.group_id == sa.bindparam("p_group"),
+                rs.c.connector.in_(sa.bindparam("p_ids", expanding=True)),
+            ),
         )
 
 
@@ -283,6 +314,8 @@ def write(conn: Connection, sql: WriteStatements, plan: Plan) -> None:
     removed_connectors = [c for c, v in plan.connectors.items() if v is None]
     if removed_connectors:
         conn.execute(sql.delete_connectors, {"p_group": group_id, "p_ids": removed_connectors})
+        ids = {"p_group": group_id, "p_ids": removed_connectors}
+        conn.execute(sql.delete_connector_statuses, ids)
     put_connectors = [
         rows.connector_row(group_id, v) for v in plan.connectors.values() if v is not None
     ]
@@ -319,6 +352,30 @@ def write(conn: Connection, sql: WriteStatements, plan: Plan) -> None:
     if epochs:
         conn.execute(sql.update_member_epochs, epochs)
     _move_members(conn, sql, group_id, plan.moved)
+    _write_statuses(conn, sql, group_id, plan.statuses)
     if plan.events:
         # executemany: psycopg 3 sends the rows in one pipeline.
         conn.execute(sql.insert_events, [rows.event_row(e) for e in plan.events])
+
+
+def _write_statuses(
+    conn: Connection,
+    sql: WriteStatements,
+    group_id: str,
+    statuses: Mapping[tuple[str, int], ResourceStatus | None],
+) -> None:
+    """Resources' statuses: the changed rows upserted, the forgotten ones deleted."""
+    put = [
+        rows.status_row(group_id, connector, task, status)
+        for (connector, task), status in statuses.items()
+        if status is not None
+    ]
+    if put:
+        conn.execute(sql.upsert_statuses, put)
+    gone = [
+        {"p_group": group_id, "p_connector": connector, "p_task": task}
+        for (connector, task), status in statuses.items()
+        if status is None
+    ]
+    if gone:
+        conn.execute(sql.delete_statuses, gone)

@@ -249,12 +249,14 @@ class ListedGroup(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., member_count: _Optional[int] = ..., protocol_name: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupsRequest(_message.Message):
-    __slots__ = ("group_ids", "include_config_values")
+    __slots__ = ("group_ids", "include_config_values", "include_status")
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_CONFIG_VALUES_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STATUS_FIELD_NUMBER: _ClassVar[int]
     group_ids: _containers.RepeatedScalarFieldContainer[str]
     include_config_values: bool
-    def __init__(self, group_ids: _Optional[_Iterable[str]] = ..., include_config_values: _Optional[bool] = ...) -> None: ...
+    include_status: bool
+    def __init__(self, group_ids: _Optional[_Iterable[str]] = ..., include_config_values: _Optional[bool] = ..., include_status: _Optional[bool] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups",)
@@ -263,7 +265,7 @@ class DescribeGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[DescribedGroup, _Mapping]]] = ...) -> None: ...
 
 class DescribedGroup(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_id", "group_type", "state", "group_epoch", "assignment_epoch", "assignor_name", "assignor_member_id", "assignor_unavailable_reason", "scheduled_rebalance_at_ms", "catalogue", "group_configs", "members", "last_assignment_error", "last_assignment_error_message", "coordinator_time_ms", "assignor_state", "lost_work_rebalance_at_ms", "next_wave_at_ms", "next_assignment_request_at_ms", "assignment_requested_epoch", "classic")
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "state", "group_epoch", "assignment_epoch", "assignor_name", "assignor_member_id", "assignor_unavailable_reason", "scheduled_rebalance_at_ms", "catalogue", "group_configs", "members", "last_assignment_error", "last_assignment_error_message", "coordinator_time_ms", "assignor_state", "lost_work_rebalance_at_ms", "next_wave_at_ms", "next_assignment_request_at_ms", "assignment_requested_epoch", "classic", "statuses")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +296,7 @@ class DescribedGroup(_message.Message):
     NEXT_ASSIGNMENT_REQUEST_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_REQUESTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CLASSIC_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_id: str
@@ -317,7 +320,30 @@ class DescribedGroup(_message.Message):
     next_assignment_request_at_ms: int
     assignment_requested_epoch: int
     classic: ClassicGroupDescription
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ..., lost_work_rebalance_at_ms: _Optional[int] = ..., next_wave_at_ms: _Optional[int] = ..., next_assignment_request_at_ms: _Optional[int] = ..., assignment_requested_epoch: _Optional[int] = ..., classic: _Optional[_Union[ClassicGroupDescription, _Mapping]] = ...) -> None: ...
+    statuses: _containers.RepeatedCompositeFieldContainer[ResourceStatus]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ..., lost_work_rebalance_at_ms: _Optional[int] = ..., next_wave_at_ms: _Optional[int] = ..., next_assignment_request_at_ms: _Optional[int] = ..., assignment_requested_epoch: _Optional[int] = ..., classic: _Optional[_Union[ClassicGroupDescription, _Mapping]] = ..., statuses: _Optional[_Iterable[_Union[ResourceStatus, _Mapping]]] = ...) -> None: ...
+
+class ResourceStatus(_message.Message):
+    __slots__ = ("connector", "task", "state", "worker_id", "worker_url", "trace", "restart_count", "fencing_token", "reported_at_ms")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_URL_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    state: _common_pb2.ResourceState
+    worker_id: str
+    worker_url: str
+    trace: str
+    restart_count: int
+    fencing_token: int
+    reported_at_ms: int
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ResourceState, str]] = ..., worker_id: _Optional[str] = ..., worker_url: _Optional[str] = ..., trace: _Optional[str] = ..., restart_count: _Optional[int] = ..., fencing_token: _Optional[int] = ..., reported_at_ms: _Optional[int] = ...) -> None: ...
 
 class ClassicGroupDescription(_message.Message):
     __slots__ = ("state", "generation_id", "protocol_type", "protocol_name", "leader_id", "leader_unavailable_reason", "pending_member_ids", "members_joined", "members_awaiting_sync", "rebalance_reason")

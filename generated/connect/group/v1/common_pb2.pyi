@@ -36,6 +36,22 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSUPPORTED_ASSIGNOR: _ClassVar[ErrorCode]
     COMPUTE_ASSIGNMENT: _ClassVar[ErrorCode]
     INVALID_ASSIGNMENT: _ClassVar[ErrorCode]
+    NOT_RESOURCE_OWNER: _ClassVar[ErrorCode]
+
+class TargetState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TARGET_STARTED: _ClassVar[TargetState]
+    TARGET_PAUSED: _ClassVar[TargetState]
+    TARGET_STOPPED: _ClassVar[TargetState]
+
+class ResourceState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UNASSIGNED: _ClassVar[ResourceState]
+    RUNNING: _ClassVar[ResourceState]
+    PAUSED: _ClassVar[ResourceState]
+    FAILED: _ClassVar[ResourceState]
+    STOPPED: _ClassVar[ResourceState]
+    RESTARTING: _ClassVar[ResourceState]
 NONE: ErrorCode
 UNKNOWN_SERVER_ERROR: ErrorCode
 COORDINATOR_LOAD_IN_PROGRESS: ErrorCode
@@ -63,6 +79,16 @@ UNRELEASED_INSTANCE_ID: ErrorCode
 UNSUPPORTED_ASSIGNOR: ErrorCode
 COMPUTE_ASSIGNMENT: ErrorCode
 INVALID_ASSIGNMENT: ErrorCode
+NOT_RESOURCE_OWNER: ErrorCode
+TARGET_STARTED: TargetState
+TARGET_PAUSED: TargetState
+TARGET_STOPPED: TargetState
+UNASSIGNED: ResourceState
+RUNNING: ResourceState
+PAUSED: ResourceState
+FAILED: ResourceState
+STOPPED: ResourceState
+RESTARTING: ResourceState
 
 class ConnectorTaskId(_message.Message):
     __slots__ = ("connector", "task")

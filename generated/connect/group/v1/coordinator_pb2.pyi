@@ -44,7 +44,7 @@ class Assignment(_message.Message):
     def __init__(self, error: _Optional[int] = ..., connectors_and_tasks: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., version: _Optional[int] = ..., metadata: _Optional[bytes] = ..., fencing_tokens: _Optional[_Iterable[_Union[_common_pb2.FencingToken, _Mapping]]] = ...) -> None: ...
 
 class ConnectGroupHeartbeatResponse(_message.Message):
-    __slots__ = ("throttle_time_ms", "error_code", "error_message", "member_epoch", "heartbeat_interval_ms", "assignment", "session_timeout_ms")
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "member_epoch", "heartbeat_interval_ms", "assignment", "session_timeout_ms", "lifecycle_revision")
     THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class ConnectGroupHeartbeatResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_REVISION_FIELD_NUMBER: _ClassVar[int]
     throttle_time_ms: int
     error_code: _common_pb2.ErrorCode
     error_message: str
@@ -59,7 +60,8 @@ class ConnectGroupHeartbeatResponse(_message.Message):
     heartbeat_interval_ms: int
     assignment: Assignment
     session_timeout_ms: int
-    def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
+    lifecycle_revision: int
+    def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., session_timeout_ms: _Optional[int] = ..., lifecycle_revision: _Optional[int] = ...) -> None: ...
 
 class ConnectGroupPrepareAssignmentRequest(_message.Message):
     __slots__ = ("group_id", "member_id", "member_epoch")
@@ -163,3 +165,125 @@ class ConnectGroupInstallAssignmentResponse(_message.Message):
     error_code: _common_pb2.ErrorCode
     error_message: str
     def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ConnectGroupConfigsRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch", "known_digests")
+    class KnownDigestsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    known_digests: _containers.ScalarMap[str, str]
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., known_digests: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class HeldConnector(_message.Message):
+    __slots__ = ("connector", "config_digest", "config", "target_state")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    TARGET_STATE_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    config_digest: str
+    config: ConfigValues
+    target_state: _common_pb2.TargetState
+    def __init__(self, connector: _Optional[str] = ..., config_digest: _Optional[str] = ..., config: _Optional[_Union[ConfigValues, _Mapping]] = ..., target_state: _Optional[_Union[_common_pb2.TargetState, str]] = ...) -> None: ...
+
+class ConfigValues(_message.Message):
+    __slots__ = ("values",)
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.ScalarMap[str, str]
+    def __init__(self, values: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RestartCount(_message.Message):
+    __slots__ = ("connector", "task", "restart_count")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    restart_count: int
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., restart_count: _Optional[int] = ...) -> None: ...
+
+class ConnectGroupConfigsResponse(_message.Message):
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "lifecycle_revision", "connectors", "restart_counts")
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    CONNECTORS_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    throttle_time_ms: int
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    lifecycle_revision: int
+    connectors: _containers.RepeatedCompositeFieldContainer[HeldConnector]
+    restart_counts: _containers.RepeatedCompositeFieldContainer[RestartCount]
+    def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., lifecycle_revision: _Optional[int] = ..., connectors: _Optional[_Iterable[_Union[HeldConnector, _Mapping]]] = ..., restart_counts: _Optional[_Iterable[_Union[RestartCount, _Mapping]]] = ...) -> None: ...
+
+class StatusEntry(_message.Message):
+    __slots__ = ("connector", "task", "fencing_token", "state", "trace")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    fencing_token: int
+    state: _common_pb2.ResourceState
+    trace: str
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ResourceState, str]] = ..., trace: _Optional[str] = ...) -> None: ...
+
+class ConnectGroupReportStatusRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "member_epoch", "entries")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    entries: _containers.RepeatedCompositeFieldContainer[StatusEntry]
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[StatusEntry, _Mapping]]] = ...) -> None: ...
+
+class StatusEntryResult(_message.Message):
+    __slots__ = ("connector", "task", "error_code", "error_message")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ConnectGroupReportStatusResponse(_message.Message):
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "lifecycle_revision", "results")
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    throttle_time_ms: int
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    lifecycle_revision: int
+    results: _containers.RepeatedCompositeFieldContainer[StatusEntryResult]
+    def __init__(self, throttle_time_ms: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., lifecycle_revision: _Optional[int] = ..., results: _Optional[_Iterable[_Union[StatusEntryResult, _Mapping]]] = ...) -> None: ...

@@ -52,6 +52,16 @@ class ConnectGroupCoordinatorStub:
                 request_serializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentRequest.SerializeToString,
                 response_deserializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentResponse.FromString,
                 _registered_method=True)
+        self.ConnectGroupConfigs = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupCoordinator/ConnectGroupConfigs',
+                request_serializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupConfigsRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupConfigsResponse.FromString,
+                _registered_method=True)
+        self.ConnectGroupReportStatus = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupCoordinator/ConnectGroupReportStatus',
+                request_serializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupReportStatusRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupReportStatusResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupCoordinatorServicer:
@@ -102,6 +112,42 @@ class ConnectGroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConnectGroupConfigs(self, request, context):
+        """The configs, target states and restart counts of what the calling member
+        holds (DESIGN 3.20): for each connector whose connector or tasks are in
+        its current assignment (pending revocation excluded), and nothing else,
+        whatever the request names. Call it after every join and whenever a
+        heartbeat, Heartbeat or SyncGroup answer carries a lifecycle_revision
+        other than the one your last answer here reflected. Accepts any member
+        epoch a heartbeat would (a classic member passes its generation); an
+        older one is FENCED_MEMBER_EPOCH and, unlike a heartbeat's, does not
+        remove the member. Needs MEMBER on the group and the member's own
+        principal; each principal makes at most --max-member-calls-per-s calls of
+        this and ConnectGroupReportStatus together (THROTTLING_QUOTA_EXCEEDED,
+        with throttle_time_ms: wait that long).
+        Possible errors: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+        COORDINATOR_LOAD_IN_PROGRESS, INVALID_REQUEST, INVALID_GROUP_ID,
+        GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
+        GROUP_AUTHORIZATION_FAILED, THROTTLING_QUOTA_EXCEEDED,
+        UNKNOWN_SERVER_ERROR.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConnectGroupReportStatus(self, request, context):
+        """Reports the state of resources the calling member runs (DESIGN 3.20).
+        Each entry counts only for a resource the member holds (current
+        assignment or pending revocation) under the fencing token of that grant;
+        any other entry is refused on its own (NOT_RESOURCE_OWNER in its result)
+        and the rest still count. Send changes only. Epochs, access and rate as
+        for ConnectGroupConfigs.
+        Possible errors: as ConnectGroupConfigs; per entry NOT_RESOURCE_OWNER.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -119,6 +165,16 @@ def add_ConnectGroupCoordinatorServicer_to_server(servicer, server):
                     servicer.ConnectGroupInstallAssignment,
                     request_deserializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentRequest.FromString,
                     response_serializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentResponse.SerializeToString,
+            ),
+            'ConnectGroupConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConnectGroupConfigs,
+                    request_deserializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupConfigsRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupConfigsResponse.SerializeToString,
+            ),
+            'ConnectGroupReportStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConnectGroupReportStatus,
+                    request_deserializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupReportStatusRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupReportStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -205,6 +261,60 @@ class ConnectGroupCoordinator:
             '/connect.group.v1.ConnectGroupCoordinator/ConnectGroupInstallAssignment',
             connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentRequest.SerializeToString,
             connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConnectGroupConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupCoordinator/ConnectGroupConfigs',
+            connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupConfigsRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConnectGroupReportStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupCoordinator/ConnectGroupReportStatus',
+            connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupReportStatusRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_coordinator__pb2.ConnectGroupReportStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
