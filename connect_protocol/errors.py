@@ -120,6 +120,11 @@ class PolicyViolation(CoordinatorError):
 class ThrottlingQuotaExceeded(CoordinatorError):
     code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
 
+    def __init__(self, message: str, wait_ms: int = 0) -> None:
+        super().__init__(message)
+        #: How long the caller should wait before its next call (throttle_time_ms).
+        self.wait_ms = wait_ms
+
 
 # --- classic groups (DESIGN 3.19) ---------------------------------------------------------------
 

@@ -6,6 +6,7 @@ code are imported only when a command runs."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import Any
@@ -81,14 +82,19 @@ def _check(resp: Any) -> int:
 
 
 def describe(args: argparse.Namespace) -> int:
+    """`describe` and `status`: DescribeGroups per group (with statuses), shown as text or as
+    JSON (one object per group, proto field names; `--output json`)."""
     from connect.group.v1 import admin_pb2
+    from google.protobuf.json_format import MessageToDict
 
-    from .describe_view import render_group
+    from .describe_view import render_group, render_statuses
 
     status = 0
     for group_id in args.groups:
         request = admin_pb2.DescribeGroupsRequest(
-            group_ids=[group_id], include_config_values=args.show_config_values
+            group_ids=[group_id],
+            include_config_values=getattr(args, "show_config_values", False),
+            include_status=True,
         )
         if args.follow:
             group = _call_owner(args, group_id, "DescribeGroups", request).groups[0]
@@ -99,7 +105,16 @@ def describe(args: argparse.Namespace) -> int:
         if group.error_code != ErrorCode.NONE:
             status |= _check(group)
             continue
-        print(render_group(group, now_ms=int(time.time() * 1000)))
+        if args.output == "json":
+            shown = MessageToDict(group, preserving_proto_field_name=True)
+            if args.command == "status":
+                keep = ("group_id", "group_type", "state", "statuses")
+                shown = {k: v for k, v in shown.items() if k in keep}
+            print(json.dumps(shown, sort_keys=True))
+        elif args.command == "status":
+            print(render_statuses(group))
+        else:
+            print(render_group(group, now_ms=int(time.time() * 1000)))
     return status
 
 

@@ -352,6 +352,20 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         help="group creations per second per principal, bursts of five times it; 0 = "
         "unlimited (MAX_GROUP_CREATIONS_PER_S)",
     )
+    limits.add_argument(
+        "--max-member-calls-per-s",
+        type=float,
+        default=_env("MAX_MEMBER_CALLS_PER_S", 2_000.0),
+        help="ConnectGroupConfigs and ConnectGroupReportStatus calls per second per principal, "
+        "together, bursts of five times it; 0 = unlimited (MAX_MEMBER_CALLS_PER_S)",
+    )
+    limits.add_argument(
+        "--status-trace-max-bytes",
+        type=int,
+        default=_env("STATUS_TRACE_MAX_BYTES", GroupConfigDefaults().status_trace_max_bytes),
+        help="bytes of a reported status trace kept per resource; a longer one is cut "
+        "(STATUS_TRACE_MAX_BYTES)",
+    )
 
 
 #: The classic protocol's flags (DESIGN 3.19): flag, environment variable, GroupConfigDefaults
@@ -433,7 +447,9 @@ def _limits_problem(args: argparse.Namespace) -> str | None:
         lowest = 0 if flag in _MAY_BE_ZERO else 1
         if value < lowest:
             return f"{flag} must be at least {lowest}, not {value}"
-    for flag in ("max_joins_per_s", "max_group_creations_per_s"):
+    if args.status_trace_max_bytes < 256:
+        return f"--status-trace-max-bytes must be at least 256, not {args.status_trace_max_bytes}"
+    for flag in ("max_joins_per_s", "max_group_creations_per_s", "max_member_calls_per_s"):
         if getattr(args, flag) < 0:
             return f"--{flag.replace('_', '-')} must be >= 0 (0: unlimited)"
     return None
@@ -686,6 +702,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not ask the owning coordinator when this one is not it",
     )
+    _add_output(d)
+    st = client(
+        "status",
+        "show each connector and task of groups with its state (RUNNING, FAILED with its "
+        "trace, PAUSED, STOPPED, RESTARTING, UNASSIGNED) and the worker that runs it",
+        description="Show each connector and task of the groups with the state its holder "
+        "last reported under its current grant (UNASSIGNED until it has), the worker running "
+        "it and, for FAILED, the trace it reported: Connect's GET /connectors/NAME/status "
+        "for every connector of a group. Needs DESCRIBE on each group.",
+    )
+    st.add_argument("groups", nargs="+", metavar="GROUP")
+    st.add_argument(
+        "--no-follow",
+        dest="follow",
+        action="store_false",
+        help="do not ask the owning coordinator when this one is not it",
+    )
+    _add_output(st)
     client("list-groups", "list every group with its state, epoch and member count")
     pc = client("put-connector", "create or update a connector in a group's catalogue")
     pc.add_argument("group")
@@ -701,6 +735,16 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--unset", action="append", default=[], metavar="KEY")
     _add_features(sub, client)
     return parser
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text (a readable view, the default) or json (one object per group per line, "
+        "DescribeGroups' field names)",
+    )
 
 
 def _add_features(
@@ -747,6 +791,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve,
     "migrate": migrate,
     "describe": describe,
+    "status": describe,
     "list-groups": list_groups,
     "put-connector": put_connector_cmd,
     "delete-connector": delete_connector_cmd,

@@ -2,7 +2,9 @@
 server sent is shown through `printable` (its control characters escaped). A connect group shows
 its epochs, assignor and members' targets; a classic group (DESIGN 3.19) its classic block
 (state, generation, protocol, leader, join round) and its members' protocols, session timeouts,
-last joined generations and held sets."""
+last joined generations and held sets. `render_statuses` is `coordinator-svc status`: each
+connector and task with its state, worker and trace (DESIGN 3.20), as Connect's status API
+shows them."""
 
 from __future__ import annotations
 
@@ -146,6 +148,9 @@ def render_classic_group(group: Any, now_ms: int) -> str:
     _table(_classic_members(group), lines)
     if not group.members:
         lines.append("  (no members)")
+    if group.statuses:
+        lines.append("")
+        lines.extend(_status_lines(group))
     return "\n".join(lines)
 
 
@@ -211,4 +216,41 @@ def render_group(group: Any, now_ms: int) -> str:
     _table(rows, lines)
     if not group.members:
         lines.append("  (no members)")
+    if group.statuses:
+        lines.append("")
+        lines.extend(_status_lines(group))
+    return "\n".join(lines)
+
+
+def _state_name(number: int) -> str:
+    from connect.group.v1 import common_pb2
+
+    return str(common_pb2.ResourceState.Name(number))
+
+
+def _status_lines(group: Any) -> list[str]:
+    """One line per connector and task (its tasks indented under it), traces indented below."""
+    lines = ["  statuses:"]
+    for s in group.statuses:
+        task = s.HasField("task")
+        name = f"{_p(s.connector)}-{s.task}" if task else _p(s.connector)
+        what = "task" if task else "connector"
+        worker = f"  worker {_p(s.worker_id)}" if s.worker_id else ""
+        if s.worker_url:
+            worker += f" ({_p(s.worker_url)})"
+        restarts = f"  restarts {s.restart_count}" if s.restart_count else ""
+        indent = "      " if task else "    "
+        lines.append(f"{indent}{what} {name}  {_state_name(s.state)}{worker}{restarts}")
+        for trace_line in s.trace.splitlines():
+            lines.append(f"{indent}  | {_p(trace_line)}")
+    return lines
+
+
+def render_statuses(group: Any) -> str:
+    """`coordinator-svc status`: the group's connectors and tasks with their states."""
+    lines = [f"Group {_p(group.group_id)} ({_p(group.group_type)})  state {_p(group.state)}"]
+    if not group.statuses:
+        lines.append("  no connectors")
+        return "\n".join(lines)
+    lines.extend(_status_lines(group))
     return "\n".join(lines)

@@ -58,9 +58,14 @@ class GroupStats:
     members: int = 0
     oldest_rebalance_s: Mapping[GroupStatus, float] = field(default_factory=dict)
     oldest_rebalance_timeouts: Mapping[GroupStatus, float] = field(default_factory=dict)
+    #: Stored resource statuses by state (DESIGN 3.20), every group together.
+    statuses: Mapping[str, int] = field(default_factory=dict)
 
 
 GroupStatsSource = Callable[[], GroupStats]
+
+#: The states `coordinator_resource_statuses` reports (every one, 0 when none).
+STATUS_STATES = ("RUNNING", "PAUSED", "FAILED", "STOPPED", "RESTARTING")
 
 
 class _GroupCollector(Collector):
@@ -103,6 +108,17 @@ class _GroupCollector(Collector):
             overdue.add_metric([status.value], stats.oldest_rebalance_timeouts.get(status, 0.0))
         yield oldest
         yield overdue
+        statuses = GaugeMetricFamily(
+            "coordinator_resource_statuses",
+            "Connectors and tasks of the groups this process owns, by the state their holder "
+            "last reported (RUNNING, PAUSED, FAILED, STOPPED; RESTARTING after a restart "
+            "request). A report stays counted until the resource's next holder reports or its "
+            "connector is deleted; resources never reported are not counted.",
+            labels=["state"],
+        )
+        for state in STATUS_STATES:
+            statuses.add_metric([state], stats.statuses.get(state, 0))
+        yield statuses
 
 
 ParkedSource = Callable[[], Mapping[str, int]]

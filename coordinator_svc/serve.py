@@ -65,6 +65,7 @@ def serve(args: argparse.Namespace) -> int:
         max_config_bytes_per_group=args.max_config_bytes_per_group,
         max_assignor_metadata_bytes=args.max_assignor_metadata_bytes,
         max_assignor_state_bytes=args.max_assignor_state_bytes,
+        status_trace_max_bytes=args.status_trace_max_bytes,
         classic_min_session_timeout_ms=args.classic_min_session_timeout_ms,
         classic_max_session_timeout_ms=args.classic_max_session_timeout_ms,
         classic_initial_rebalance_delay_ms=args.classic_initial_rebalance_delay_ms,
@@ -141,7 +142,9 @@ def serve(args: argparse.Namespace) -> int:
             features=features,
             describe_config_values=args.describe_config_values == "allow",
             quotas=PrincipalQuotas(
-                join_rate=args.max_joins_per_s, creation_rate=args.max_group_creations_per_s
+                join_rate=args.max_joins_per_s,
+                creation_rate=args.max_group_creations_per_s,
+                member_call_rate=args.max_member_calls_per_s,
             ),
             max_connection_age_ms=args.max_connection_age_ms,
             max_connection_age_grace_ms=args.max_connection_age_grace_ms,

@@ -37,6 +37,7 @@ from connect_protocol.messages import (
 
 from .change import GroupChange
 from .conversion import maybe_downgrade
+from .lifecycle import tell_holders
 from .model import Connector, GroupConfigDefaults, GroupState
 from .records import EventType
 from .results import Result, refused
@@ -90,6 +91,9 @@ def put_connector(
             )
             return Result([], PutConnectorResponse(too_large.code, too_large.message))
     change.put_connector(connector)
+    told = 0
+    if existing is not None and existing.config_digest != connector.config_digest:
+        told = tell_holders(change, existing)  # their revisions rise (DESIGN 3.20)
     change.event(
         EventType.CONNECTOR_PUT,
         connector=req.connector,
@@ -97,6 +101,7 @@ def put_connector(
         previous_task_count=None if existing is None else existing.task_count,
         config_changed=existing is None or dict(existing.config) != dict(req.config),
         config_digest=connector.config_digest,
+        holders_told=told,
         **_who(req.caller, principal),
     )
     rebalance = existing is None or existing.task_count != req.task_count

@@ -23,6 +23,7 @@ from .model import (
     Hold,
     Member,
     MemberState,
+    ResourceStatus,
     TargetAssignment,
     assignor_principals,
     fencing_session_ms,
@@ -39,6 +40,7 @@ from .records import (
     MemberRemovedRecord,
     MembersMovedRecord,
     Record,
+    StatusRecord,
     TargetRecord,
 )
 from .results import (
@@ -84,6 +86,7 @@ class GroupChange:
         self._moved_epoch = 0
         self._connectors: dict[str, Connector | None] = {}
         self._configs: dict[str, str] | None = None
+        self._statuses: dict[tuple[str, int], ResourceStatus | None] = {}
         self._events: list[EventRecord] = []
         self.timers: list[TimerOp] = []
         # Classic groups (DESIGN 3.19): the round as this change leaves it (made on first use),
@@ -405,6 +408,10 @@ class GroupChange:
     def remove_connector(self, name: str) -> None:
         self._connectors[name] = None
 
+    def put_status(self, connector: str, task: int, status: ResourceStatus | None) -> None:
+        """Store (None: forget) a resource's status (DESIGN 3.20)."""
+        self._statuses[(connector, task)] = status
+
     def set_configs(self, configs: Mapping[str, str]) -> None:
         self._configs = dict(configs)
 
@@ -620,6 +627,8 @@ class GroupChange:
 
         changed.sort(key=lambda m: (gives_up(m), m.member_id))
         out.extend(MemberRecord(self.group_id, m, epoch_only(m)) for m in changed)
+        if self._statuses:
+            out.append(StatusRecord(self.group_id, dict(self._statuses)))
         delta = None if self._round is None else self._round.delta()
         if delta is not None:
             out.append(ClassicRoundRecord(self.group_id, delta))

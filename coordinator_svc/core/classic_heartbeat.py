@@ -75,9 +75,13 @@ def heartbeat(
         return refused(ClassicHeartbeatResponse, error)
     session = ScheduleTimer((SESSION, member.member_id), now_ms + member.classic.session_timeout_ms)
     if group_state is ClassicState.PREPARING_REBALANCE:
-        response = ClassicHeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS, REBALANCING)
+        response = ClassicHeartbeatResponse(
+            ErrorCode.REBALANCE_IN_PROGRESS, REBALANCING, member.lifecycle_revision
+        )
         return Result([], response, [session])
-    return Result([], ClassicHeartbeatResponse(), [session])
+    return Result(
+        [], ClassicHeartbeatResponse(lifecycle_revision=member.lifecycle_revision), [session]
+    )
 
 
 def leave_group(

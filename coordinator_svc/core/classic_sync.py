@@ -284,6 +284,7 @@ class _Sync:
                 tokens=tokens,
                 state=MemberState.UNREVOKED if pending else MemberState.STABLE,
                 last_grant_at_ms=self.now_ms if granted else member.last_grant_at_ms,
+                lifecycle_revision=member.lifecycle_revision + (1 if granted else 0),
                 classic=replace(member.classic, accepted=accepted),
             )
             change.put_member(after)
@@ -322,6 +323,7 @@ def sync_answer(
     return SyncGroupResponse(
         protocol_type=PROTOCOL_TYPE,
         protocol_name=meta.protocol_name or "",
+        lifecycle_revision=member.lifecycle_revision,
         assignment=ConnectWorkerAssignment(
             version=accepted.version,
             leader=meta.leader_id or "",

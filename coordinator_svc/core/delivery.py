@@ -60,7 +60,12 @@ def grant(change: GroupChange, member: Member, granted: ResourceSet) -> Member:
     token = change.meta.last_fencing_token + 1
     change.set_meta(last_fencing_token=token)
     kept = member.tokens.restricted(member.assigned - granted)
-    return replace(member, tokens=kept.with_grant(granted, token), last_grant_at_ms=change.now_ms)
+    return replace(
+        member,
+        tokens=kept.with_grant(granted, token),
+        last_grant_at_ms=change.now_ms,
+        lifecycle_revision=member.lifecycle_revision + 1,  # its configs to fetch (DESIGN 3.20)
+    )
 
 
 def record_transition(change: GroupChange, before: Member, after: Member) -> None:

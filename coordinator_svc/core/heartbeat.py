@@ -142,6 +142,7 @@ class _Heartbeat:
         assignment: AssignmentMessage | None = None,
         error: ErrorCode = ErrorCode.NONE,
         message: str = "",
+        revision: int = 0,
     ) -> HeartbeatResponse:
         return HeartbeatResponse(
             error_code=error,
@@ -150,6 +151,7 @@ class _Heartbeat:
             heartbeat_interval_ms=self.change.config(HEARTBEAT_INTERVAL),
             session_timeout_ms=self.change.config(SESSION_TIMEOUT),
             assignment=assignment,
+            lifecycle_revision=revision,
         )
 
     def result(self, response: HeartbeatResponse) -> Result[HeartbeatResponse]:
@@ -556,7 +558,10 @@ class _Heartbeat:
                 after.assigned, entry.version, entry.metadata, tokens=after.tokens
             )
         error, message = self.compute_signal(after)
-        return self.result(self.response(after.member_epoch, assignment, error, message))
+        response = self.response(
+            after.member_epoch, assignment, error, message, after.lifecycle_revision
+        )
+        return self.result(response)
 
     def compute_signal(self, member: Member) -> tuple[ErrorCode, str]:
         """COMPUTE_ASSIGNMENT for the assignor member while the group epoch is ahead of the

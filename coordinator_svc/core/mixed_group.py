@@ -361,6 +361,7 @@ def translated_sync(
     answer = SyncGroupResponse(
         protocol_type=PROTOCOL_TYPE,
         protocol_name=name,
+        lifecycle_revision=member.lifecycle_revision,
         assignment=ConnectWorkerAssignment(
             version=accepted.version,
             assignment=accepted.assignment,
@@ -418,8 +419,13 @@ def translated_heartbeat(
                 unless_armed=True,
             )
         )
-        return Result([], ClassicHeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS, REJOIN), timers)
-    return Result([], ClassicHeartbeatResponse(), timers)
+        response = ClassicHeartbeatResponse(
+            ErrorCode.REBALANCE_IN_PROGRESS, REJOIN, member.lifecycle_revision
+        )
+        return Result([], response, timers)
+    return Result(
+        [], ClassicHeartbeatResponse(lifecycle_revision=member.lifecycle_revision), timers
+    )
 
 
 # --- LeaveGroup ------------------------------------------------------------------------------

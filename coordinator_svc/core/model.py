@@ -88,6 +88,8 @@ class GroupConfigDefaults:
     max_config_bytes_per_group: int = 64 * 1024 * 1024
     max_assignor_metadata_bytes: int = 64 * 1024
     max_assignor_state_bytes: int = 16 * 1024 * 1024
+    #: The longest status trace kept per resource (DESIGN 3.20); a longer one is cut.
+    status_trace_max_bytes: int = 4_096
     #: Classic groups (DESIGN 3.19): the bounds of a member's own session timeout (Kafka's
     #: group.min/max.session.timeout.ms), the delay before an EMPTY group's first generation
     #: (group.initial.rebalance.delay.ms), and how long a new member's parked JoinGroup keeps
@@ -398,6 +400,8 @@ class GroupState:
         #: Resources' statuses as reported (DESIGN 3.20): connector -> task (CONNECTOR_TASK for
         #: the connector itself) -> status. Kept per connector so that deleting one is O(1).
         self.statuses: dict[str, dict[int, ResourceStatus]] = {}
+        #: How many stored statuses are in each state (a metrics scrape reads it: O(1)).
+        self.status_counts: dict[StatusState, int] = {}
 
     @property
     def target(self) -> TargetAssignment:
@@ -472,6 +476,7 @@ class GroupState:
         view.catalogue = dict(self.catalogue)
         view.configs = dict(self.configs)
         view.statuses = {c: dict(by_task) for c, by_task in self.statuses.items()}
+        view.status_counts = dict(self.status_counts)
         view.unsettled = set(self.unsettled)
         view._catalogue_changed = dict(self._catalogue_changed)
         view.round = None if self.round is None else self.round.copy()
@@ -496,7 +501,8 @@ class GroupState:
         """The connector and its statuses go (the store deletes their rows with it)."""
         if name in self.catalogue:
             self._catalogue_changing(name)
-        self.statuses.pop(name, None)
+        for status in self.statuses.pop(name, {}).values():
+            self._count_status(status, -1)
         old = self.catalogue.pop(name, None)
         if old is not None:
             self._count(old, -1)
@@ -610,14 +616,18 @@ class GroupState:
 
     def put_status(self, connector: str, task: int, status: ResourceStatus | None) -> None:
         """Store (None: forget) a resource's status. O(1)."""
-        if status is None:
-            by_task = self.statuses.get(connector)
-            if by_task is not None:
-                by_task.pop(task, None)
-                if not by_task:
-                    del self.statuses[connector]
-        else:
-            self.statuses.setdefault(connector, {})[task] = status
+        by_task = self.statuses.setdefault(connector, {})
+        old = by_task.pop(task, None)
+        if old is not None:
+            self._count_status(old, -1)
+        if status is not None:
+            by_task[task] = status
+            self._count_status(status, 1)
+        elif not by_task:
+            del self.statuses[connector]
+
+    def _count_status(self, status: ResourceStatus, sign: int) -> None:
+        self.status_counts[status.state] = self.status_counts.get(status.state, 0) + sign
 
     def put_member_epoch(self, member: Member) -> None:
         """Replace a member whose epoch alone changed (an install's epoch-only move, DESIGN

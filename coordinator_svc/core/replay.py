@@ -140,8 +140,8 @@ def _restore_connector(
 
     def restore(s: GroupState) -> None:
         s.put_connector(old)
-        if statuses is not None:
-            s.statuses[name] = statuses
+        for task, status in (statuses or {}).items():
+            s.put_status(name, task, status)
 
     return restore
 

@@ -19,6 +19,7 @@ from connect_protocol.configs import (
 from connect_protocol.configs import MAX_ASSIGNOR_PRINCIPALS as MAX_ASSIGNOR_PRINCIPALS
 from connect_protocol.configs import MAX_PRINCIPAL_LENGTH as MAX_PRINCIPAL_LENGTH
 from connect_protocol.errors import InvalidRequest
+from connect_protocol.lifecycle_messages import ConfigsRequest, ReportedState, ReportStatusRequest
 from connect_protocol.messages import (
     JOIN_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -176,6 +177,57 @@ def validate_prepare(req: PrepareRequest) -> None:
     _require(req.member_epoch >= 0, "MemberEpoch must be >= 0.")
 
 
+#: Digests a ConnectGroupConfigs request may name (one per connector a member could hold).
+MAX_KNOWN_DIGESTS = 10_000
+#: Entries one ConnectGroupReportStatus may carry.
+MAX_STATUS_ENTRIES = 10_000
+#: The longest trace a report may carry (what is kept is cut to --status-trace-max-bytes).
+MAX_TRACE_CHARACTERS = 1_000_000
+MAX_DIGEST_LENGTH = 80
+
+
+def validate_configs_request(req: ConfigsRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.member_id, "MemberId")
+    _require(req.member_epoch >= 1, "MemberEpoch must be >= 1 (the member's epoch or generation).")
+    _require(
+        len(req.known_digests) <= MAX_KNOWN_DIGESTS,
+        f"KnownDigests must name at most {MAX_KNOWN_DIGESTS:,} connectors.",
+    )
+    for connector, digest in req.known_digests.items():
+        _check_name(connector, "KnownDigests' connector")
+        _check_text(digest, "KnownDigests' digest", MAX_DIGEST_LENGTH)
+
+
+def validate_report_status(req: ReportStatusRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.member_id, "MemberId")
+    _require(req.member_epoch >= 1, "MemberEpoch must be >= 1 (the member's epoch or generation).")
+    _require(len(req.entries) >= 1, "Entries must name at least one resource.")
+    _require(
+        len(req.entries) <= MAX_STATUS_ENTRIES,
+        f"Entries must name at most {MAX_STATUS_ENTRIES:,} resources.",
+    )
+    seen: set[object] = set()
+    for e in req.entries:
+        resource = e.resource
+        if isinstance(resource, str):
+            _check_name(resource, "Entries' connector")
+            name = f"connector {resource!r}"
+        else:
+            _check_name(resource.connector, "Entries' connector")
+            name = f"task {resource.connector!r} {resource.task}"
+            _require(resource.task >= 0, f"entry for {name}: Task must be >= 0.")
+            _require(
+                e.state is not ReportedState.STOPPED,
+                f"entry for {name}: STOPPED is a connector's state only.",
+            )
+        _require(e.token > 0, f"entry for {name}: FencingToken must be > 0.")
+        _check_text(e.trace, f"entry for {name}: Trace", MAX_TRACE_CHARACTERS)
+        _require(resource not in seen, f"Entries name {name} more than once.")
+        seen.add(resource)
+
+
 def validate_install(req: InstallRequest) -> None:
     _check_name(req.group_id, "GroupId")
     _check_name(req.member_id, "MemberId")
@@ -257,6 +309,8 @@ Request = (
     | PutConnectorRequest
     | DeleteConnectorRequest
     | AlterConfigsRequest
+    | ConfigsRequest
+    | ReportStatusRequest
 )
 
 
@@ -277,6 +331,10 @@ def validate_request(req: Request) -> None:
             validate_delete_connector(req)
         case AlterConfigsRequest():
             validate_alter_configs(req)
+        case ConfigsRequest():
+            validate_configs_request(req)
+        case ReportStatusRequest():
+            validate_report_status(req)
 
 
 def validate_lengths(req: Request, max_id_length: int, max_url_length: int) -> None:

@@ -114,6 +114,8 @@ class AsyncCoordinatorServicer(_Pooled):
 
     ConnectGroupPrepareAssignment = _pooled("ConnectGroupPrepareAssignment")
     ConnectGroupInstallAssignment = _pooled("ConnectGroupInstallAssignment")
+    ConnectGroupConfigs = _pooled("ConnectGroupConfigs")
+    ConnectGroupReportStatus = _pooled("ConnectGroupReportStatus")
 
 
 class AsyncAdminServicer(_Pooled):

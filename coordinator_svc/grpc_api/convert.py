@@ -7,7 +7,7 @@ state, generation, protocol, leader and join round, and each member its protocol
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
@@ -31,7 +31,15 @@ from connect_protocol.wire import assignor_to, resources_from, resources_to, tok
 from ..core.acls import AclEntry, Operation, PatternType, Permission, ResourceType
 from ..core.classic_model import PROTOCOL_TYPE, ClassicState
 from ..core.features import FEATURES
-from ..core.model import GroupConfigDefaults, GroupState, Member, next_compute_request_ms
+from ..core.model import (
+    CONNECTOR_TASK,
+    GroupConfigDefaults,
+    GroupState,
+    Member,
+    StatusState,
+    next_compute_request_ms,
+)
+from ..core.status import StatusView
 from ..core.validation import MAX_NAME_LENGTH, MAX_PRINCIPAL_LENGTH, validate_text
 from ..runtime.groups import ListedGroup
 from ..store.features import FeatureChange
@@ -132,6 +140,7 @@ def described_group(
     assignor_reason: str,
     assignor_name: str,
     config_values: bool = False,
+    statuses: Sequence[StatusView] | None = None,
 ) -> admin_pb2.DescribedGroup:
     """The group as DescribeGroups shows it; connector config values only if `config_values`
     (else every value reads HIDDEN_VALUE; the digest tells configs apart). A classic group has
@@ -192,6 +201,21 @@ def described_group(
         dm.group_protocol = m.group_protocol.value
         if m.classic is not None:
             _describe_classic_member(state, m, dm.classic)
+    if statuses is not None:
+        add_status = out.statuses.add
+        for v in statuses:
+            entry = add_status(
+                connector=v.connector,
+                state=cast(common_pb2.ResourceState, STATUS_NUMBERS[v.state]),
+                worker_id=v.worker_id,
+                worker_url=v.worker_url,
+                trace=v.trace,
+                restart_count=v.restart_count,
+                fencing_token=v.token,
+                reported_at_ms=v.reported_at_ms,
+            )
+            if v.task != CONNECTOR_TASK:
+                entry.task = v.task
     return out
 
 
@@ -291,6 +315,17 @@ class _ErrorAnswer(Protocol):
 
 
 A = TypeVar("A", bound=_ErrorAnswer)
+
+
+#: ResourceState numbers (common.proto) of each status.
+STATUS_NUMBERS: Mapping[StatusState, int] = {
+    StatusState.UNASSIGNED: common_pb2.UNASSIGNED,
+    StatusState.RUNNING: common_pb2.RUNNING,
+    StatusState.PAUSED: common_pb2.PAUSED,
+    StatusState.FAILED: common_pb2.FAILED,
+    StatusState.STOPPED: common_pb2.STOPPED,
+    StatusState.RESTARTING: common_pb2.RESTARTING,
+}
 
 
 def error_answer(answer: Callable[..., A], code: ErrorCode, message: str, **fields: object) -> A:

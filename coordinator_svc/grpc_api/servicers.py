@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from connect.group.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
+from connect_protocol import lifecycle_wire
 from connect_protocol import wire as protocol_wire
 from connect_protocol.errors import (
     ClusterAuthorizationFailed,
@@ -21,7 +22,9 @@ from connect_protocol.errors import (
     ErrorCode,
     GroupAuthorizationFailed,
     InvalidRequest,
+    ThrottlingQuotaExceeded,
 )
+from connect_protocol.lifecycle_messages import ReportStatusRequest
 from connect_protocol.logs import fields
 from connect_protocol.messages import (
     JOIN_EPOCH,
@@ -42,9 +45,12 @@ from ..core.assignment import (
 )
 from ..core.features import check_update
 from ..core.heartbeat import heartbeat
+from ..core.lifecycle import configs
 from ..core.model import GroupState, MemberState
 from ..core.results import Result
 from ..core.selection import NoSelection
+from ..core.status import report_status
+from ..core.status import views as status_views
 from ..core.validation import (
     MAX_PRINCIPAL_LENGTH,
     Request,
@@ -226,7 +232,12 @@ class _Base:
         except Exception as error:
             code, message = _error_pair(error)
             self.manager.metrics.errors.labels(rpc, code.name).inc()
-            return on_error(code, message)
+            answer = on_error(code, message)
+            if isinstance(error, ThrottlingQuotaExceeded) and _has_field(
+                answer, "throttle_time_ms"
+            ):
+                answer.throttle_time_ms = error.wait_ms  # type: ignore[attr-defined]
+            return answer
 
     def _serve(
         self,
@@ -240,6 +251,7 @@ class _Base:
         operation: Operation,
         plan: Callable[[GroupState | None, Q, bool], Any] | None = None,
         tells_assignor: bool = False,
+        quota: Callable[[str], None] | None = None,
     ) -> R:
         """Decode, validate (the core's `validate_request`, once, before any ownership step, so
         bad input touches nothing; the handler is told it ran), authorize `operation` on the
@@ -257,6 +269,8 @@ class _Base:
             group_id = req.group_id
             principal = self._principal(context)
             self._authorize(rpc, principal, operation, group_id)
+            if quota is not None:
+                quota(principal)
             run = functools.partial(
                 handle, req=req, defaults=self.defaults, validated=True, principal=principal
             )
@@ -388,6 +402,56 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             tells_assignor=True,
         )
 
+    def ConnectGroupConfigs(
+        self, request: coordinator_pb2.ConnectGroupConfigsRequest, context: Context
+    ) -> coordinator_pb2.ConnectGroupConfigsResponse:
+        """The configs of what the caller's member holds (DESIGN 3.20): MEMBER on the group,
+        the member's own principal, --max-member-calls-per-s. Writes nothing."""
+        return self._serve(
+            "ConnectGroupConfigs",
+            context,
+            request,
+            lifecycle_wire.configs_request_from,
+            configs,
+            lifecycle_wire.configs_response_to,
+            functools.partial(convert.error_answer, coordinator_pb2.ConnectGroupConfigsResponse),
+            Operation.MEMBER,
+            quota=self.quotas.member_calls.take,
+        )
+
+    def ConnectGroupReportStatus(
+        self, request: coordinator_pb2.ConnectGroupReportStatusRequest, context: Context
+    ) -> coordinator_pb2.ConnectGroupReportStatusResponse:
+        """Statuses from the holders (DESIGN 3.20): access and rate as ConnectGroupConfigs."""
+        return self._serve(
+            "ConnectGroupReportStatus",
+            context,
+            request,
+            _report_request,
+            report_status,
+            lifecycle_wire.report_response_to,
+            functools.partial(
+                convert.error_answer, coordinator_pb2.ConnectGroupReportStatusResponse
+            ),
+            Operation.MEMBER,
+            quota=self.quotas.member_calls.take,
+        )
+
+
+def _report_request(
+    msg: coordinator_pb2.ConnectGroupReportStatusRequest,
+) -> ReportStatusRequest:
+    """The request as a value; a state a holder may not report is INVALID_REQUEST."""
+    try:
+        return lifecycle_wire.report_request_from(msg)
+    except lifecycle_wire.UnknownReportedState as error:
+        raise InvalidRequest(str(error)) from None
+
+
+def _has_field(message: object, name: str) -> bool:
+    descriptor = getattr(message, "DESCRIPTOR", None)
+    return descriptor is not None and name in getattr(descriptor, "fields_by_name", {})
+
 
 class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: ignore[misc]
     def PutConnector(
@@ -499,7 +563,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                         f"group {group_id!r} does not exist.",
                     )
                 else:
-                    entry = self._describe(group_id, context, config_values)
+                    entry = self._describe(group_id, context, config_values, request.include_status)
                     grows = entry.ByteSize() + ENTRY_OVERHEAD_BYTES
                     if size + grows <= budget:
                         size += grows
@@ -563,7 +627,11 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             )
 
     def _describe(
-        self, group_id: str, context: Context, config_values: bool = False
+        self,
+        group_id: str,
+        context: Context,
+        config_values: bool = False,
+        include_status: bool = False,
     ) -> admin_pb2.DescribedGroup:
         """A group that exists, validated and authorized (`_screen_describe`), described by its
         owner (this process, taking its lease if it is free)."""
@@ -582,11 +650,13 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             else:
                 reason, name = "", selection.assignor_name
             # Only a copy of the maps under the group's lock; the answer is built after it.
+            # Statuses are derived under it (they read the owner index, which is not copied).
             view = state.read_view()
+            statuses = status_views(state) if include_status else None
             return Result(
                 [],
                 lambda: convert.described_group(
-                    view, self.defaults, now, reason, name, config_values
+                    view, self.defaults, now, reason, name, config_values, statuses
                 ),
             )
 

@@ -27,6 +27,7 @@ def group_stats(
     members = 0
     oldest_ms: dict[GroupStatus, int] = {}
     overdue: dict[GroupStatus, float] = {}
+    statuses: dict[str, int] = {}
     for owned in groups:
         state = owned.state
         if state is None:
@@ -42,6 +43,8 @@ def group_stats(
                 )
         except RuntimeError:  # its members changed while being read: next scrape
             continue
+        for resource_state, n in list(state.status_counts.items()):
+            statuses[resource_state.value] = statuses.get(resource_state.value, 0) + n
         by_state[status] = by_state.get(status, 0) + 1
         members += count
         if status not in UNSETTLED:
@@ -62,4 +65,5 @@ def group_stats(
         members=members,
         oldest_rebalance_s={s: ms / 1000 for s, ms in oldest_ms.items()},
         oldest_rebalance_timeouts=overdue,
+        statuses=statuses,
     )

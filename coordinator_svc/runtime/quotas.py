@@ -60,7 +60,8 @@ class TokenBuckets:
             wait_ms = int((1.0 - bucket.tokens) / self.rate * 1000) + 1
         raise ThrottlingQuotaExceeded(
             f"{key} is over its rate of {self.what} ({self.rate:g}/s, {self.flag}); retry in "
-            f"{wait_ms} ms."
+            f"{wait_ms} ms.",
+            wait_ms,
         )
 
     def _forget_full(self, now: float) -> None:
@@ -81,6 +82,8 @@ class PrincipalQuotas:
         join_burst: float = 0.0,
         creation_rate: float = 0.0,
         creation_burst: float = 0.0,
+        member_call_rate: float = 0.0,
+        member_call_burst: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.joins = TokenBuckets(
@@ -91,5 +94,13 @@ class PrincipalQuotas:
             "--max-group-creations-per-s",
             creation_rate,
             creation_burst or creation_rate * 5,
+            clock,
+        )
+        #: ConnectGroupConfigs and ConnectGroupReportStatus together (DESIGN 3.20).
+        self.member_calls = TokenBuckets(
+            "member calls (ConnectGroupConfigs, ConnectGroupReportStatus)",
+            "--max-member-calls-per-s",
+            member_call_rate,
+            member_call_burst or member_call_rate * 5,
             clock,
         )

@@ -27,6 +27,7 @@ from coordinator_svc.grpc_api.tls import ServerTls
 from coordinator_svc.runtime.authorizer import Authorizer
 from coordinator_svc.runtime.features import FeatureLevels
 from coordinator_svc.runtime.groups import GroupManager
+from coordinator_svc.runtime.quotas import PrincipalQuotas
 from coordinator_svc.store import SqlStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,6 +97,7 @@ class InProcessCoordinator:
         denial_interval_s: float = 60.0,
         max_connection_age_ms: int = 0,
         max_connection_age_grace_ms: int = 30_000,
+        quotas: PrincipalQuotas | None = None,
     ) -> None:
         """`tls`: serve TLS (mTLS with a client CA), else plaintext; `authorization`: ACLs
         deny by default (`self.authorizer`, refreshed every `acl_refresh_s`)."""
@@ -130,6 +132,7 @@ class InProcessCoordinator:
             features=self.features,
             max_connection_age_ms=max_connection_age_ms,
             max_connection_age_grace_ms=max_connection_age_grace_ms,
+            quotas=quotas,
         )
         self.tls = tls
         self.stubs: Stubs | None = None

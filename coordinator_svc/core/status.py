@@ -1,0 +1,267 @@
+"""Resources' statuses (DESIGN 3.20): what holders report through ConnectGroupReportStatus, and
+the view derived when read.
+
+A report counts, entry by entry, only for a resource the member holds under the fencing token
+of that grant (Connect's status store drops writes of older generations; tokens make the rule
+exact); any other entry is NOT_RESOURCE_OWNER and the rest still count. A stored status counts
+only while its reporter still holds the resource under that token, so a resource reads as
+UNASSIGNED until its current holder has reported under its grant: a rebalance writes no status.
+Traces are cut to --status-trace-max-bytes; events carry their digests, never the text.
+
+Costs: a report O(its entries); the view O(the catalogue's resources) (a describe's cost)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from connect_protocol.configs import KEYED_DIGEST_PREFIX, UNKEYED_DIGEST_PREFIX
+from connect_protocol.errors import CoordinatorError, ErrorCode
+from connect_protocol.lifecycle_messages import (
+    EntryResult,
+    ReportStatusRequest,
+    ReportStatusResponse,
+    StatusEntry,
+)
+from connect_protocol.resources import TaskId
+from connect_protocol.tokens import Resource
+
+from .change import GroupChange
+from .lifecycle import acting_member
+from .model import (
+    CONNECTOR_TASK,
+    GroupConfigDefaults,
+    GroupState,
+    Member,
+    ResourceStatus,
+    StatusState,
+)
+from .records import EventType
+from .results import Result, refused
+from .validation import validate_report_status
+
+#: What a cut trace ends with.
+CUT_MARK = "\n[... cut to {limit} bytes by the coordinator (--status-trace-max-bytes)]"
+
+
+def key_of(resource: Resource) -> tuple[str, int]:
+    """A resource as the (connector, task) key statuses are stored under."""
+    if isinstance(resource, str):
+        return resource, CONNECTOR_TASK
+    return resource.connector, resource.task
+
+
+def resource_of(connector: str, task: int) -> Resource:
+    return connector if task == CONNECTOR_TASK else TaskId(connector, task)
+
+
+def cut_trace(trace: str, limit: int) -> str:
+    """`trace` if it fits in `limit` UTF-8 bytes, else its head (whole characters) and a mark
+    saying it was cut; the result fits in `limit` bytes (or is the mark alone, if `limit` is
+    smaller than the mark)."""
+    data = trace.encode()
+    if len(data) <= limit:
+        return trace
+    mark = CUT_MARK.format(limit=limit)
+    room = max(0, limit - len(mark.encode()))
+    return data[:room].decode(errors="ignore") + mark
+
+
+def trace_digest(trace: str, key: bytes | None) -> str:
+    """A digest of a trace for events and the export (traces may carry secrets): an HMAC under
+    the database's digest key, as config digests are; equal digests mean equal traces."""
+    if key is None:
+        return UNKEYED_DIGEST_PREFIX + hashlib.sha256(trace.encode()).hexdigest()
+    return KEYED_DIGEST_PREFIX + hmac.new(key, trace.encode(), hashlib.sha256).hexdigest()
+
+
+def _refusal(member: Member, entry: StatusEntry, stored: ResourceStatus | None) -> str | None:
+    """Why `entry` does not count for `member` (None: it counts). A resource of its current
+    assignment must carry that grant's token; one pending revocation (whose token the member
+    no longer has in its assignment) counts only under the token it last reported it with."""
+    resource = entry.resource
+    token = member.tokens.get(resource)
+    if token is not None:
+        if entry.token == token:
+            return None
+        return (
+            f"{_name(resource)} is held under fencing token {token}, not {entry.token} "
+            "(a stale grant)."
+        )
+    pending = (
+        resource in member.pending_revocation.connectors
+        if isinstance(resource, str)
+        else resource in member.pending_revocation.tasks
+    )
+    if (
+        pending
+        and stored is not None
+        and stored.member_id == member.member_id
+        and stored.token == entry.token
+    ):
+        return None
+    if pending:
+        return (
+            f"{_name(resource)} is being revoked from this member; a report under fencing "
+            f"token {entry.token} does not match its last one."
+        )
+    return f"{_name(resource)} is not held by this member."
+
+
+def _name(resource: Resource) -> str:
+    if isinstance(resource, str):
+        return f"connector {resource!r}"
+    return f"task {resource.connector}-{resource.task}"
+
+
+def report_status(
+    state: GroupState | None,
+    req: ReportStatusRequest,
+    now_ms: int,
+    defaults: GroupConfigDefaults,
+    validated: bool = False,
+    principal: str | None = None,
+) -> Result[ReportStatusResponse]:
+    """ConnectGroupReportStatus. Writes the statuses that changed (state, reporter, token or
+    trace) and one STATUS_CHANGED event listing them; a report that changes nothing writes
+    nothing. O(entries)."""
+    try:
+        if not validated:
+            validate_report_status(req)
+        member = acting_member(state, req.group_id, req.member_id, req.member_epoch, principal)
+    except CoordinatorError as error:
+        return refused(ReportStatusResponse, error)
+    assert state is not None
+    change = GroupChange(state, req.group_id, now_ms, defaults, creator=principal)
+    results: list[EntryResult] = []
+    changes: list[dict[str, Any]] = []
+    for entry in req.entries:
+        connector, task = key_of(entry.resource)
+        stored = state.resource_status(connector, task)
+        why = _refusal(member, entry, stored)
+        if why is not None:
+            results.append(EntryResult(entry.resource, ErrorCode.NOT_RESOURCE_OWNER, why))
+            continue
+        results.append(EntryResult(entry.resource))
+        trace = cut_trace(entry.trace, defaults.status_trace_max_bytes)
+        status = ResourceStatus(
+            state=StatusState(entry.state.value),
+            member_id=member.member_id,
+            token=entry.token,
+            reported_at_ms=now_ms,
+            trace=trace,
+            restart_count=0 if stored is None else stored.restart_count,
+        )
+        if stored is not None and _same_report(stored, status):
+            continue
+        change.put_status(connector, task, status)
+        changes.append(_change_payload(entry, stored, trace, defaults.config_digest_key))
+    if changes:
+        change.event(EventType.STATUS_CHANGED, member.member_id, changes=changes)
+    response = ReportStatusResponse(
+        lifecycle_revision=member.lifecycle_revision, results=tuple(results)
+    )
+    return change.result(response)
+
+
+def _same_report(stored: ResourceStatus, new: ResourceStatus) -> bool:
+    return (
+        stored.state is new.state
+        and stored.member_id == new.member_id
+        and stored.token == new.token
+        and stored.trace == new.trace
+    )
+
+
+def _change_payload(
+    entry: StatusEntry, stored: ResourceStatus | None, trace: str, key: bytes | None
+) -> dict[str, Any]:
+    connector, task = key_of(entry.resource)
+    out: dict[str, Any] = {"connector": connector}
+    if task != CONNECTOR_TASK:
+        out["task"] = task
+    out["state"] = entry.state.value
+    out["previous_state"] = None if stored is None else stored.state.value
+    out["fencing_token"] = entry.token
+    if trace:
+        out["trace_digest"] = trace_digest(trace, key)
+    return out
+
+
+# --- the derived view ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """A resource's status as read (DescribeGroups, `coordinator-svc status`)."""
+
+    connector: str
+    task: int  # CONNECTOR_TASK: the connector itself
+    state: StatusState
+    worker_id: str = ""
+    worker_url: str = ""
+    trace: str = ""
+    restart_count: int = 0
+    token: int = 0
+    reported_at_ms: int = 0
+
+
+def holder_of(state: GroupState, connector: str, task: int) -> Member | None:
+    """The member that holds a resource now (assigned or pending revocation), if any."""
+    if task == CONNECTOR_TASK:
+        member_id = state.connector_owner.get(connector)
+    else:
+        member_id = state.task_owner.get(TaskId(connector, task))
+    return None if member_id is None else state.members.get(member_id)
+
+
+def counts(stored: ResourceStatus, holder: Member | None, resource: Resource) -> bool:
+    """Whether a stored status is its current holder's report under its current grant."""
+    if holder is None or stored.member_id != holder.member_id:
+        return False
+    token = holder.tokens.get(resource)
+    return token is None or token == stored.token  # None: pending revocation, see `_refusal`
+
+
+def view_of(state: GroupState, connector: str, task: int) -> StatusView:
+    """A resource's status as read: its holder's report under its grant; RESTARTING after a
+    restart request until then; otherwise UNASSIGNED (with the holder, if any, named)."""
+    holder = holder_of(state, connector, task)
+    stored = state.resource_status(connector, task)
+    worker = "" if holder is None else holder.member_id
+    url = "" if holder is None else holder.url
+    if stored is None:
+        return StatusView(connector, task, StatusState.UNASSIGNED, worker, url)
+    if counts(stored, holder, resource_of(connector, task)):
+        return StatusView(
+            connector,
+            task,
+            stored.state,
+            worker,
+            url,
+            stored.trace,
+            stored.restart_count,
+            stored.token,
+            stored.reported_at_ms,
+        )
+    derived = StatusState.RESTARTING if stored.state is StatusState.RESTARTING else None
+    return StatusView(
+        connector,
+        task,
+        derived or StatusState.UNASSIGNED,
+        worker,
+        url,
+        restart_count=stored.restart_count,
+    )
+
+
+def views(state: GroupState) -> list[StatusView]:
+    """Every connector and task of the catalogue with its status, by connector, the connector
+    first. O(the catalogue's resources)."""
+    out: list[StatusView] = []
+    for name in sorted(state.catalogue):
+        out.append(view_of(state, name, CONNECTOR_TASK))
+        out.extend(view_of(state, name, t) for t in range(state.catalogue[name].task_count))
+    return out
