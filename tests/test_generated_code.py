@@ -143,6 +143,12 @@ SERVICES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
                 "ConnectGroupInstallAssignmentRequest",
                 "ConnectGroupInstallAssignmentResponse",
             ),
+            ("ConnectGroupConfigs", "ConnectGroupConfigsRequest", "ConnectGroupConfigsResponse"),
+            (
+                "ConnectGroupReportStatus",
+                "ConnectGroupReportStatusRequest",
+                "ConnectGroupReportStatusResponse",
+            ),
         ],
     ),
     "admin": (
@@ -233,12 +239,31 @@ ERROR_CODES = {
     "UNSUPPORTED_ASSIGNOR": 112,
     "COMPUTE_ASSIGNMENT": 10001,
     "INVALID_ASSIGNMENT": 10002,
+    "NOT_RESOURCE_OWNER": 10003,
 }
 
 
 def test_error_codes() -> None:
     enum = _import("common_pb2").DESCRIPTOR.enum_types_by_name["ErrorCode"]
     assert {v.name: v.number for v in enum.values} == ERROR_CODES
+
+
+def test_lifecycle_enums() -> None:
+    """DESIGN 3.20's states: the target states, and Connect's resource states."""
+    enums = _import("common_pb2").DESCRIPTOR.enum_types_by_name
+    assert {v.name: v.number for v in enums["TargetState"].values} == {
+        "TARGET_STARTED": 0,
+        "TARGET_PAUSED": 1,
+        "TARGET_STOPPED": 2,
+    }
+    assert {v.name: v.number for v in enums["ResourceState"].values} == {
+        "UNASSIGNED": 0,
+        "RUNNING": 1,
+        "PAUSED": 2,
+        "FAILED": 3,
+        "STOPPED": 4,
+        "RESTARTING": 5,
+    }
 
 
 # Every message as proto source would declare its fields: "optional" marks explicit
@@ -304,6 +329,7 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "int32 heartbeat_interval_ms = 5",
             "Assignment assignment = 6",
             "int32 session_timeout_ms = 7",
+            "int64 lifecycle_revision = 8",
         ],
         "ConnectGroupPrepareAssignmentRequest": [
             "string group_id = 1",
@@ -352,6 +378,58 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "int32 throttle_time_ms = 1",
             "ErrorCode error_code = 2",
             "string error_message = 3",
+        ],
+        "ConnectGroupConfigsRequest": [
+            "string group_id = 1",
+            "string member_id = 2",
+            "int32 member_epoch = 3",
+            "map<string,string> known_digests = 4",
+        ],
+        "HeldConnector": [
+            "string connector = 1",
+            "string config_digest = 2",
+            "ConfigValues config = 3",
+            "TargetState target_state = 4",
+        ],
+        "ConfigValues": ["map<string,string> values = 1"],
+        "RestartCount": [
+            "string connector = 1",
+            "optional int32 task = 2",
+            "int64 restart_count = 3",
+        ],
+        "ConnectGroupConfigsResponse": [
+            "int32 throttle_time_ms = 1",
+            "ErrorCode error_code = 2",
+            "string error_message = 3",
+            "int64 lifecycle_revision = 4",
+            "repeated HeldConnector connectors = 5",
+            "repeated RestartCount restart_counts = 6",
+        ],
+        "StatusEntry": [
+            "string connector = 1",
+            "optional int32 task = 2",
+            "int64 fencing_token = 3",
+            "ResourceState state = 4",
+            "string trace = 5",
+        ],
+        "ConnectGroupReportStatusRequest": [
+            "string group_id = 1",
+            "string member_id = 2",
+            "int32 member_epoch = 3",
+            "repeated StatusEntry entries = 4",
+        ],
+        "StatusEntryResult": [
+            "string connector = 1",
+            "optional int32 task = 2",
+            "ErrorCode error_code = 3",
+            "string error_message = 4",
+        ],
+        "ConnectGroupReportStatusResponse": [
+            "int32 throttle_time_ms = 1",
+            "ErrorCode error_code = 2",
+            "string error_message = 3",
+            "int64 lifecycle_revision = 4",
+            "repeated StatusEntryResult results = 5",
         ],
     },
     "admin": {
@@ -402,6 +480,7 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
         "DescribeGroupsRequest": [
             "repeated string group_ids = 1",
             "bool include_config_values = 2",
+            "bool include_status = 3",
         ],
         "DescribeGroupsResponse": ["repeated DescribedGroup groups = 1"],
         "DescribedGroup": [
@@ -428,6 +507,18 @@ MESSAGES: dict[str, dict[str, list[str]]] = {
             "optional int64 next_assignment_request_at_ms = 21",
             "optional int32 assignment_requested_epoch = 22",
             "ClassicGroupDescription classic = 23",
+            "repeated ResourceStatus statuses = 24",
+        ],
+        "ResourceStatus": [
+            "string connector = 1",
+            "optional int32 task = 2",
+            "ResourceState state = 3",
+            "string worker_id = 4",
+            "string worker_url = 5",
+            "string trace = 6",
+            "int64 restart_count = 7",
+            "int64 fencing_token = 8",
+            "int64 reported_at_ms = 9",
         ],
         "ClassicGroupDescription": [
             "string state = 1",

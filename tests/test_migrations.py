@@ -31,6 +31,7 @@ TABLES = {
     "coordinator_secrets",
     "coordinator_settings",
     "features",
+    "resource_statuses",
 }
 
 
@@ -345,6 +346,53 @@ def test_migration_0010_starts_group_version_at_1_and_its_downgrade_drops_the_ta
     finally:
         engine.dispose()
     command.downgrade(config, "0009")
-    assert table_names(url) == TABLES - {"features"} | {"alembic_version"}
+    assert table_names(url) == TABLES - {"features", "resource_statuses"} | {"alembic_version"}
+    command.upgrade(config, "head")
+    command.check(config)
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_migration_0011_adds_revisions_and_statuses_and_its_downgrade_drops_them(
+    backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """Issue 28: existing members start at lifecycle revision 0; the downgrade drops the
+    statuses table and the column, and nothing else."""
+    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'status.db'}"
+    config = alembic_config(url)
+    command.upgrade(config, "0010")
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO groups (group_id, group_type, group_epoch, created_at_ms, "
+                "excluded_assignors, last_assignment_error, last_assignment_error_message, "
+                "holds) VALUES ('g', 'connect', 1, 0, '[]', 0, '', '[]')"
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO members (group_id, member_id, url, member_epoch, previous_epoch, "
+                "state, rebalance_timeout_ms, assignors, assigned, pending_revocation) VALUES "
+                "('g', 'w1', '', 1, 0, 'STABLE', 1000, '[]', '{}', '{}')"
+            )
+        command.upgrade(config, "0011")
+        with engine.begin() as conn:
+            revision = conn.exec_driver_sql("SELECT lifecycle_revision FROM members").scalar()
+            assert revision == 0
+            conn.exec_driver_sql(
+                "INSERT INTO resource_statuses (group_id, connector, task, state, member_id, "
+                "fencing_token, reported_at_ms) VALUES ('g', 'A', -1, 'RUNNING', 'w1', 1, 0)"
+            )
+            with pytest.raises(sa.exc.IntegrityError), conn.begin_nested():
+                conn.exec_driver_sql(
+                    "INSERT INTO resource_statuses (group_id, connector, task, state, "
+                    "member_id, fencing_token, reported_at_ms) "
+                    "VALUES ('g', 'A', 0, 'UNASSIGNED', 'w1', 1, 0)"
+                )
+        command.downgrade(config, "0010")
+        with engine.connect() as conn:
+            columns = {c["name"] for c in sa.inspect(conn).get_columns("members")}
+            assert "lifecycle_revision" not in columns
+    finally:
+        engine.dispose()
+    assert table_names(url) == TABLES - {"resource_statuses"} | {"alembic_version"}
     command.upgrade(config, "head")
     command.check(config)

@@ -180,7 +180,7 @@ def breaking(buf: Path, root: Path) -> subprocess.CompletedProcess[str]:
         pytest.param(
             COMMON,
             "COMPUTE_ASSIGNMENT = 10001;",
-            "COMPUTE_ASSIGNMENT = 10003;",
+            "COMPUTE_ASSIGNMENT = 10099;",
             {"ENUM_VALUE_NO_DELETE"},
             id="renumber-enum-value",
         ),

@@ -14,6 +14,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from connect_protocol.errors import ErrorCode
+from connect_protocol.lifecycle_messages import (
+    ConfigsRequest,
+    ConfigsResponse,
+    ReportStatusRequest,
+    ReportStatusResponse,
+    StatusEntry,
+)
 from connect_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -35,9 +42,11 @@ from coordinator_svc.core import replay
 from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
 from coordinator_svc.core.assignment import install_assignment, plan_install, prepare_assignment
 from coordinator_svc.core.heartbeat import heartbeat
+from coordinator_svc.core.lifecycle import configs
 from coordinator_svc.core.model import GroupConfigDefaults, GroupState, GroupStatus, Member
 from coordinator_svc.core.records import EventRecord, EventType, Record
 from coordinator_svc.core.results import CancelTimer, Result, ScheduleTimer, TimerKey
+from coordinator_svc.core.status import report_status
 from coordinator_svc.core.timers import on_timer
 
 R = TypeVar("R")
@@ -286,6 +295,25 @@ class GroupHarness:
         req = AlterConfigsRequest(self.group_id, dict(set or {}), tuple(unset), "test")
         return self._run(lambda s: alter_configs(s, req, self.now_ms, self.defaults))
 
+    def configs(
+        self,
+        member_id: str,
+        member_epoch: int | None = None,
+        known: Mapping[str, str] | None = None,
+    ) -> ConfigsResponse:
+        """ConnectGroupConfigs at the member's epoch (unless given)."""
+        epoch = self.member(member_id).member_epoch if member_epoch is None else member_epoch
+        req = ConfigsRequest(self.group_id, member_id, epoch, dict(known or {}))
+        return self._run(lambda s: configs(s, req, self.now_ms, self.defaults))
+
+    def report(
+        self, member_id: str, *entries: StatusEntry, member_epoch: int | None = None
+    ) -> ReportStatusResponse:
+        """ConnectGroupReportStatus at the member's epoch (unless given)."""
+        epoch = self.member(member_id).member_epoch if member_epoch is None else member_epoch
+        req = ReportStatusRequest(self.group_id, member_id, epoch, tuple(entries))
+        return self._run(lambda s: report_status(s, req, self.now_ms, self.defaults))
+
     def keepalive(self, member_id: str) -> HeartbeatResponse:
         """A heartbeat with only the member's epoch: liveness, never an acknowledgement."""
         return self.heartbeat(member_id, self.member(member_id).member_epoch)
@@ -401,6 +429,8 @@ class GroupHarness:
             "connector_owner": dict(s.connector_owner),
             "task_owner": dict(s.task_owner),
             "instance_owner": dict(s.instance_owner),
+            "statuses": {c: dict(by_task) for c, by_task in s.statuses.items()},
+            "status_counts": {k: v for k, v in s.status_counts.items() if v},
         }
 
     def rebuilt(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from coordinator_svc.core.records import (
     ConnectorRemovedRecord,
     EventType,
     GroupMetaRecord,
+    MemberRecord,
     TargetRecord,
 )
 from coordinator_svc.core.results import SESSION
@@ -70,9 +71,12 @@ def test_a_config_only_change_is_recorded_but_does_not_bump_the_epoch() -> None:
     assert response == PutConnectorResponse(group_epoch=5, created=False, rebalance_triggered=False)
     assert h.group_epoch == 5
     assert h.state is not None and dict(h.state.catalogue["A"].config) == {"topics": "t2"}
-    assert [type(r) for r in h.state_records_of_last_call()] == [ConnectorRecord]
+    # The connector, and its holder w1 with its lifecycle revision raised (DESIGN 3.20).
+    records = h.state_records_of_last_call()
+    assert [type(r) for r in records] == [ConnectorRecord, MemberRecord]
+    assert isinstance(records[1], MemberRecord) and records[1].epoch_only
     [put] = h.last_events(EventType.CONNECTOR_PUT)
-    assert put.payload["config_changed"] is True
+    assert put.payload["config_changed"] is True and put.payload["holders_told"] == 1
     assert put.payload["caller"] == "test"
     assert h.keepalive("w1").error_code == ErrorCode.NONE
     assert h.status() is GroupStatus.STABLE

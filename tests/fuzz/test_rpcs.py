@@ -33,6 +33,8 @@ ORDER = (
     "ConnectGroupHeartbeat",
     "ConnectGroupPrepareAssignment",
     "ConnectGroupInstallAssignment",
+    "ConnectGroupConfigs",
+    "ConnectGroupReportStatus",
     "DeleteConnector",
     "ListGroups",
     "DescribeGroups",
@@ -70,7 +72,7 @@ def fuzz_settings(examples: int) -> settings:
 
 def test_every_rpc_is_fuzzed() -> None:
     assert sorted(ORDER) == sorted(hostile.RPCS)
-    assert len(hostile.RPCS) == 18
+    assert len(hostile.RPCS) == 20
 
 
 @pytest.mark.parametrize(

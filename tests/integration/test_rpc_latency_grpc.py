@@ -52,7 +52,7 @@ def _counts(registry: CollectorRegistry) -> dict[str, float]:
 def test_every_rpc_lands_in_its_own_series(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert len(METHODS) == 14
+    assert len(METHODS) == 16
     pooled: list[str] = []  # heartbeats that took the pool's (full) path
     full_path = CoordinatorServicer.ConnectGroupHeartbeat
 
@@ -98,6 +98,13 @@ def test_every_rpc_lands_in_its_own_series(
             ),
             # Refused in band (ACLs are administered over gRPC only with --authorization acl):
             # a refused call is timed as any other.
+            # Refused (INVALID_REQUEST: no member), timed as any other.
+            lambda: stubs.coordinator.ConnectGroupConfigs(
+                coordinator_pb2.ConnectGroupConfigsRequest(group_id="g"), timeout=10
+            ),
+            lambda: stubs.coordinator.ConnectGroupReportStatus(
+                coordinator_pb2.ConnectGroupReportStatusRequest(group_id="g"), timeout=10
+            ),
             lambda: admin.ListAcls(admin_pb2.ListAclsRequest(), timeout=10),
             lambda: admin.AddAcl(admin_pb2.AddAclRequest(), timeout=10),
             lambda: admin.RemoveAcl(admin_pb2.RemoveAclRequest(), timeout=10),
@@ -126,6 +133,8 @@ def test_every_rpc_lands_in_its_own_series(
         "ConnectGroupHeartbeat": heartbeats,
         "ConnectGroupPrepareAssignment": 1,
         "ConnectGroupInstallAssignment": 1,
+        "ConnectGroupConfigs": 1,
+        "ConnectGroupReportStatus": 1,
         "PutConnector": 1,
         "DescribeGroups": 1,
         "ListGroups": 2,

@@ -479,6 +479,61 @@ def prepare(src: Source, world: World) -> coordinator_pb2.ConnectGroupPrepareAss
     )
 
 
+def _member_call_target(src: Source, world: World) -> tuple[str, str, int]:
+    """A group, member and epoch for ConnectGroupConfigs / ConnectGroupReportStatus: mostly a
+    member's known epoch (or a classic member's generation), else hostile ones."""
+    if weighted(src, [(4, False), (1, True)]):
+        group = world.classic_group(src)
+        member = world.classic_member(src, group)
+        known = world.generation(group)
+    else:
+        group, member = world.group(src), text(src, world.members)
+        known = world.member_epoch(group, member)
+    epoch = lazy(src, [(5, lambda: known), (1, lambda: 0), (2, lambda: int32(src, (known,)))])
+    return group, member, epoch
+
+
+def connect_group_configs(src: Source, world: World) -> coordinator_pb2.ConnectGroupConfigsRequest:
+    group, member, epoch = _member_call_target(src, world)
+    req = coordinator_pb2.ConnectGroupConfigsRequest(
+        group_id=group, member_id=member, member_epoch=epoch
+    )
+    for _ in range(weighted(src, [(4, 0), (2, 1), (1, 3), (1, 12_000)])):
+        req.known_digests[text(src, world.connectors)[:200]] = text(src, ("sha256:0",))
+    return req
+
+
+REPORTED_STATES = (0, 1, 2, 3, 4, 5, 6, -1)
+
+
+def connect_group_report_status(
+    src: Source, world: World
+) -> coordinator_pb2.ConnectGroupReportStatusRequest:
+    group, member, epoch = _member_call_target(src, world)
+    req = coordinator_pb2.ConnectGroupReportStatusRequest(
+        group_id=group, member_id=member, member_epoch=epoch
+    )
+    count = weighted(src, [(5, 1), (1, 0), (2, 3), (1, 11_000)])
+    if count > 3:  # many, made without a choice each
+        stem = text(src, world.connectors)[:64]
+        for i in range(count):
+            req.entries.add(connector=stem, task=i, fencing_token=1, state=1)
+        return req
+    for _ in range(count):
+        entry = req.entries.add(
+            connector=text(src, world.connectors),
+            fencing_token=lazy(src, [(3, lambda: src.integer(1, 40)), (1, lambda: int64(src))]),
+            state=src.pick(REPORTED_STATES),  # type: ignore[arg-type]
+            trace=lazy(
+                src,
+                [(4, lambda: ""), (2, lambda: text(src)), (1, lambda: "x" * 200_000)],
+            ),
+        )
+        if weighted(src, [(1, False), (2, True)]):
+            entry.task = lazy(src, [(3, lambda: src.integer(0, 3)), (1, lambda: int32(src))])
+    return req
+
+
 def install(src: Source, world: World) -> coordinator_pb2.ConnectGroupInstallAssignmentRequest:
     group = world.group(src)
     with world.lock:
@@ -839,6 +894,7 @@ ONLY_FROM: dict[int, str] = {
     ErrorCode.MEMBER_ID_REQUIRED: "JoinGroup",
     ErrorCode.UNSUPPORTED_VERSION: "ConnectGroupHeartbeat",
     ErrorCode.INVALID_UPDATE_VERSION: "UpdateFeatures",
+    ErrorCode.NOT_RESOURCE_OWNER: "ConnectGroupReportStatus",  # per entry, never the whole
 }
 
 
@@ -880,6 +936,20 @@ RPCS: dict[str, Rpc] = {
             coordinator_pb2.ConnectGroupInstallAssignmentRequest,
             coordinator_pb2.ConnectGroupInstallAssignmentResponse,
             install,
+        ),
+        Rpc(
+            "ConnectGroupConfigs",
+            COORDINATOR_SERVICE,
+            coordinator_pb2.ConnectGroupConfigsRequest,
+            coordinator_pb2.ConnectGroupConfigsResponse,
+            connect_group_configs,
+        ),
+        Rpc(
+            "ConnectGroupReportStatus",
+            COORDINATOR_SERVICE,
+            coordinator_pb2.ConnectGroupReportStatusRequest,
+            coordinator_pb2.ConnectGroupReportStatusResponse,
+            connect_group_report_status,
         ),
         Rpc(
             "PutConnector",
