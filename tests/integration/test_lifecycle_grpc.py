@@ -268,3 +268,63 @@ def test_member_calls_are_rate_limited_per_principal(database_url: str) -> None:
         throttled = [a for a in answers if a.error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED]
         assert throttled and all(a.throttle_time_ms > 0 for a in throttled)
         assert "--max-member-calls-per-s" in throttled[0].error_message
+
+
+def test_classic_members_get_revisions_and_configs_and_the_leader_no_values(
+    database_url: str,
+) -> None:
+    from tests.integration.test_classic_grpc import GROUP as CLASSIC_GROUP
+    from tests.integration.test_classic_grpc import Coordinator, classic_defaults
+
+    with Coordinator(database_url, classic_defaults(100)) as coord:
+        stubs = Stubs(coord.address)
+        try:
+            resp = stubs.admin.PutConnector(
+                admin_pb2.PutConnectorRequest(
+                    group_id=CLASSIC_GROUP, connector="A", task_count=1, config={"pw": SECRET}
+                ),
+                timeout=10,
+            )
+            assert resp.error_code == 0, resp.error_message
+            member = coord.member(url="http://c0:8083")
+            member.join_once()  # MEMBER_ID_REQUIRED: its id
+            joined = member.join()
+            assert joined.leader == member.member_id
+            assert SECRET not in str(joined)  # the leader's catalogue: names and counts only
+            assert all(not c.config for c in joined.catalogue)
+            synced = member.sync()
+            assert synced.error_code == 0, synced.error_message
+            assert synced.lifecycle_revision > 0  # its grant
+            beat = member.heartbeat()
+            assert beat.lifecycle_revision == synced.lifecycle_revision
+            worker = ScriptedWorker(stubs, CLASSIC_GROUP, member.member_id)
+            worker.epoch = member.generation
+            answer = worker.stubs.coordinator.ConnectGroupConfigs(
+                coordinator_pb2.ConnectGroupConfigsRequest(
+                    group_id=CLASSIC_GROUP,
+                    member_id=member.member_id,
+                    member_epoch=member.generation,
+                ),
+                timeout=10,
+            )
+            assert answer.error_code == 0, answer.error_message
+            assert answer.connectors[0].config.values["pw"] == SECRET
+            stale = stubs.coordinator.ConnectGroupConfigs(
+                coordinator_pb2.ConnectGroupConfigsRequest(
+                    group_id=CLASSIC_GROUP,
+                    member_id=member.member_id,
+                    member_epoch=member.generation + 1,
+                ),
+                timeout=10,
+            )
+            assert stale.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+            assert "generation" in stale.error_message
+            stubs.admin.PutConnector(
+                admin_pb2.PutConnectorRequest(
+                    group_id=CLASSIC_GROUP, connector="A", task_count=1, config={"pw": "new"}
+                ),
+                timeout=10,
+            )
+            assert member.heartbeat().lifecycle_revision == synced.lifecycle_revision + 1
+        finally:
+            stubs.close()
