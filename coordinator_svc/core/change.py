@@ -294,6 +294,29 @@ class GroupChange:
                     return f"hold:{hold.member_id}"
         return owner
 
+    def holders_of(self, connector: str, task_count: int) -> set[str]:
+        """The members holding (assigned or pending) connector `connector` or any of its tasks
+        0 .. task_count - 1, as `connector_owner` / `task_owner` would name them, holds left
+        out. The committed owner index is read once per resource and the members this change
+        touched are looked at once each: O(task_count + touched members)."""
+        tasks = [TaskId(connector, t) for t in range(task_count)]
+        holders: set[str] = set()
+        state = self.state
+        if state is not None:
+            owner = state.connector_owner.get(connector)
+            if owner is not None:
+                holders.add(owner)
+            task_owner = state.task_owner
+            holders.update(o for t in tasks if (o := task_owner.get(t)) is not None)
+        holders -= self._removed
+        holders -= self._members.keys()  # decided by their state in this change, below
+        wanted = set(tasks)
+        for m in self._members.values():
+            owned = m.owned
+            if connector in owned.connectors or not wanted.isdisjoint(owned.tasks):
+                holders.add(m.member_id)
+        return holders
+
     def free_for(self, member_id: str, resources: ResourceSet) -> ResourceSet:
         """`resources` less those `connector_owner` / `task_owner` give to another member or a
         hold: what `member_id` may be given now. The same answer as asking per resource, found

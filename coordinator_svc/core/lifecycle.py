@@ -42,13 +42,11 @@ def raised(member: Member) -> Member:
 def tell_holders(change: GroupChange, before: Connector) -> int:
     """Raise the revision of every member that holds connector `before.name` or one of its
     tasks (assigned or pending), in `change`: its config changed. Holds are skipped (nobody
-    runs their work). Returns how many members were told. O(before.task_count)."""
-    name = before.name
-    holders = {change.connector_owner(name)}
-    holders.update(change.task_owner(TaskId(name, t)) for t in range(before.task_count))
+    runs their work). Returns how many members were told. O(before.task_count + the members
+    this change already touched), never O(tasks x holders)."""
     told = 0
-    for member_id in holders:
-        member = None if member_id is None else change.member(member_id)
+    for member_id in sorted(change.holders_of(before.name, before.task_count)):
+        member = change.member(member_id)
         if member is not None:
             change.put_member(raised(member))
             told += 1

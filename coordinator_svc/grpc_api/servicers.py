@@ -49,7 +49,7 @@ from ..core.lifecycle import configs
 from ..core.model import GroupState, MemberState
 from ..core.results import Result
 from ..core.selection import NoSelection
-from ..core.status import report_status
+from ..core.status import Owners, report_status
 from ..core.status import views as status_views
 from ..core.validation import (
     MAX_PRINCIPAL_LENGTH,
@@ -650,13 +650,19 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             else:
                 reason, name = "", selection.assignor_name
             # Only a copy of the maps under the group's lock; the answer is built after it.
-            # Statuses are derived under it (they read the owner index, which is not copied).
+            # Statuses read the owner indexes, which the view shares: copied here too.
             view = state.read_view()
-            statuses = status_views(state) if include_status else None
+            owners = Owners.of(state, copy=True) if include_status else None
             return Result(
                 [],
                 lambda: convert.described_group(
-                    view, self.defaults, now, reason, name, config_values, statuses
+                    view,
+                    self.defaults,
+                    now,
+                    reason,
+                    name,
+                    config_values,
+                    None if owners is None else status_views(view, owners),
                 ),
             )
 
