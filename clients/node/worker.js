@@ -16,6 +16,15 @@
  * Fencing tokens (DESIGN 3.18): every assignment carries a token per resource; `assignment`,
  * `start` and `stop` lines, and the objects handed to onStart/onStop, carry the tokens of their
  * resources as `fencing_tokens: {connectors: {name: token}, tasks: [{connector, task, token}]}`.
+ *
+ * Connector lifecycle (DESIGN 3.20): it fetches the configs of what it holds
+ * (ConnectGroupConfigs) after each join and whenever a heartbeat answer's lifecycle_revision
+ * differs from the one its last fetch reflected, and starts new work only once it has them
+ * (onStart gets `configs`; a held connector whose digest changed goes to onReconfigure). Its log
+ * lines carry config digests, never values. It reports what it runs (ConnectGroupReportStatus):
+ * RUNNING once onStart resolved, FAILED with the error when onStart throws; changes only, one
+ * call in flight, at most one per heartbeat interval. Both calls wait out
+ * THROTTLING_QUOTA_EXCEEDED's throttle_time_ms.
  */
 
 const crypto = require('crypto');
@@ -69,6 +78,8 @@ const FATAL = new Set([
 ]);
 /** Another (or no) process serves the group: FindCoordinator, reconnect, retry. */
 const FIND = new Set(['NOT_COORDINATOR', 'COORDINATOR_NOT_AVAILABLE']);
+/** The longest trace a status report carries (the coordinator keeps --status-trace-max-bytes). */
+const MAX_TRACE_CHARS = 16384;
 // Everything else (COORDINATOR_LOAD_IN_PROGRESS, UNKNOWN_SERVER_ERROR, GROUP_MAX_SIZE_REACHED,
 // UNRELEASED_INSTANCE_ID, and codes this client does not know): retry after a backoff.
 
@@ -126,6 +137,9 @@ function tokensJson(set, tokens) {
   return out;
 }
 
+/** The connector of a resource key. */
+const connectorOf = (/** @type {string} */ key) => JSON.parse(key)[0];
+
 const minus = (/** @type {Set<string>} */ a, /** @type {Set<string>} */ b) =>
   new Set([...a].filter((x) => !b.has(x)));
 const union = (/** @type {Set<string>} */ a, /** @type {Set<string>} */ b) => new Set([...a, ...b]);
@@ -172,9 +186,13 @@ class Worker {
    *   as the coordinator's --max-message-bytes; gRPC's own receive default is only 4 MiB)
    * @param {string} [o.protoRoot]
    * @param {(r: object) => Promise<void> | void} [o.onStart] start these resources
-   *   ({connectors, tasks, fencing_tokens})
+   *   ({connectors, tasks, fencing_tokens, configs: {connector: {digest, config}},
+   *   target_states: {connector: state}}); throwing reports them FAILED, and it is retried
    * @param {(r: object) => Promise<void> | void} [o.onStop] stop these resources
    *   ({connectors, tasks, fencing_tokens}: the tokens they ran under)
+   * @param {(r: object) => Promise<void> | void} [o.onReconfigure] running resources whose
+   *   connector's config changed ({connectors, tasks, fencing_tokens, configs, target_states},
+   *   `connectors` naming the reconfigured connectors); throwing reports them FAILED
    * @param {(line: object) => void} [o.log] one JSON object per call (default: stdout)
    */
   constructor(o) {
@@ -188,6 +206,7 @@ class Worker {
     this.services = loadServices(this.o.protoRoot);
     this.onStart = o.onStart || (() => {});
     this.onStop = o.onStop || (() => {});
+    this.onReconfigure = o.onReconfigure || (() => {});
     this.print = o.log || ((line) => process.stdout.write(JSON.stringify(line) + '\n'));
     this.connect(this.o.coordinators[0]);
     /** JOINING | MEMBER | REJOINING | LEAVING | FATAL | LEFT */
@@ -209,6 +228,20 @@ class Worker {
     this.lastInstalledEpoch = -1;
     this.leaveDeadline = null;
     this.fatal = null;
+    // Connector lifecycle (DESIGN 3.20). A revision of 0 in heartbeat answers: nothing was ever
+    // granted (or a coordinator without the lifecycle calls): nothing to fetch or report.
+    this.revision = 0; // lifecycle_revision of the last successful heartbeat answer
+    this.fetchedRevision = null; // of the last ConnectGroupConfigs answer since the join
+    this.configs = new Map(); // connector -> {digest, config, target_state} of what it holds
+    this.reconfigure = new Set(); // running connectors whose digest changed, for onReconfigure
+    this.fetching = false;
+    this.fetchNotBefore = 0; // after a failed fetch: not before the next heartbeat interval
+    this.memberCallsNotBefore = 0; // THROTTLING_QUOTA_EXCEEDED: both member calls wait
+    this.statuses = new Map(); // resource key -> {state, trace}: what it would report now
+    this.reported = new Map(); // resource key -> [state, trace, token] last answered
+    this.reporting = false;
+    this.lastReportAt = -Infinity;
+    this.membership = 0; // counts joins: an answer to a call of an earlier membership is dropped
     this.wakeUp = () => {};
   }
 
@@ -285,10 +318,12 @@ class Worker {
   async run() {
     this.log('starting', { coordinator: this.address, assignor: ASSIGNOR.name, versions: [1, 1] });
     // Fencing and stopping must not wait for a slow heartbeat: check them on a timer too.
-    const ticker = setInterval(() => (this.checkSelfFence(), this.reconcile()), 100);
+    const tick = () => (this.checkSelfFence(), this.reconcile(), this.lifecycle());
+    const ticker = setInterval(tick, 100);
     while (this.phase !== 'LEFT') {
       this.checkSelfFence();
       this.reconcile();
+      this.lifecycle();
       if (this.heartbeatDue()) {
         await this.heartbeat();
       } else {
@@ -316,9 +351,44 @@ class Worker {
       const reason = { REJOINING: 'membership lost', LEAVING: 'leaving', FATAL: 'fatal error' };
       this.busy = this.stopWork(toStop, reason[this.phase] || 'revoked');
     } else if (this.phase === 'MEMBER') {
-      const toStart = minus(this.assigned, this.running);
+      // New work starts only once its configs are here; the rest waits for the fetch.
+      const toStart = this.withConfigs(minus(this.assigned, this.running));
       if (toStart.size > 0) this.busy = this.startWork(toStart);
+      else if (this.reconfigure.size > 0) this.busy = this.reconfigureWork();
     }
+  }
+
+  /**
+   * Those of `resources` whose connector's config is here, fetched at the revision of the last
+   * heartbeat answer (all of them when that revision is 0: nothing to fetch).
+   */
+  withConfigs(resources) {
+    if (this.revision <= 0) return resources;
+    if (this.fetchedRevision !== this.revision) return new Set();
+    // A connector missing from a fresh answer is not held (deleted): it is being revoked.
+    return new Set([...resources].filter((r) => this.configs.has(connectorOf(r))));
+  }
+
+  /** The configs and target states of the resources' connectors: for onStart, never logged. */
+  configsOf(resources) {
+    const configs = {};
+    const target_states = {};
+    new Set([...resources].map(connectorOf)).forEach((name) => {
+      const held = this.configs.get(name);
+      if (!held) return;
+      configs[name] = { digest: held.digest, config: { ...held.config } };
+      target_states[name] = held.target_state;
+    });
+    return { configs, target_states };
+  }
+
+  /** The config digests of the resources' connectors: what log lines carry instead of values. */
+  digestsOf(resources) {
+    const out = {};
+    new Set([...resources].map(connectorOf)).forEach((name) => {
+      if (this.configs.has(name)) out[name] = this.configs.get(name).digest;
+    });
+    return out;
   }
 
   /** The resources as handed to onStart/onStop and logged: connectors, tasks, their tokens. */
@@ -330,7 +400,11 @@ class Worker {
     const epoch = this.epoch;
     const what = this.described(resources);
     await this.retry(() => this.onStop(what), 'stop');
-    resources.forEach((r) => this.running.delete(r));
+    resources.forEach((r) => {
+      this.running.delete(r);
+      this.statuses.delete(r); // released: the coordinator reads it UNASSIGNED until reported
+      this.reported.delete(r);
+    });
     this.log('stop', { member_epoch: epoch, reason, ...what });
     const keep = union(this.assigned, this.running);
     [...this.tokens.keys()].filter((k) => !keep.has(k)).forEach((k) => this.tokens.delete(k));
@@ -340,11 +414,47 @@ class Worker {
   async startWork(resources) {
     this.starting = resources;
     const what = this.described(resources);
-    this.log('start', { member_epoch: this.epoch, ...what });
-    await this.retry(() => this.onStart(what), 'start');
+    const given = { ...what, ...this.configsOf(resources) };
+    const config_digests = this.digestsOf(resources); // never the values
+    this.log('start', { member_epoch: this.epoch, ...what, config_digests });
+    const failed = (err) => this.setStatus(resources, 'FAILED', traceOf(err));
+    await this.retry(() => this.onStart(given), 'start', failed);
     resources.forEach((r) => this.running.add(r));
     this.starting = new Set();
+    this.setStatus(resources, 'RUNNING', '');
     this.done();
+  }
+
+  /** onReconfigure for the running resources of connectors whose config digest changed. */
+  async reconfigureWork() {
+    const names = new Set(this.reconfigure);
+    this.reconfigure = new Set();
+    const resources = new Set([...this.running].filter((r) => names.has(connectorOf(r))));
+    const connectors = [...names].filter((n) => this.configs.has(n)).sort();
+    if (resources.size > 0 && connectors.length > 0) {
+      const what = this.described(resources);
+      this.log('reconfigured', {
+        member_epoch: this.epoch,
+        ...what,
+        connectors,
+        config_digests: this.digestsOf(resources),
+      });
+      try {
+        await this.onReconfigure({ ...what, connectors, ...this.configsOf(resources) });
+        this.setStatus(resources, 'RUNNING', '');
+      } catch (err) {
+        this.log('error', { what: 'reconfigure', error: String(err) });
+        this.setStatus(resources, 'FAILED', traceOf(err));
+      }
+    }
+    this.busy = null;
+    this.wakeUp();
+  }
+
+  /** What it will report for these resources (changes only: see report()). */
+  setStatus(resources, state, trace) {
+    resources.forEach((r) => this.statuses.set(r, { state, trace }));
+    this.wakeUp();
   }
 
   done() {
@@ -353,12 +463,13 @@ class Worker {
     this.wakeUp();
   }
 
-  async retry(fn, what) {
+  async retry(fn, what, onError = () => {}) {
     for (let attempt = 1; ; attempt++) {
       try {
         return await fn();
       } catch (err) {
         this.log('error', { what, attempt, error: String(err) });
+        onError(err);
         await new Promise((r) => setTimeout(r, Math.min(5000, 100 * 2 ** attempt)));
       }
     }
@@ -428,6 +539,10 @@ class Worker {
     } else {
       this.retryLater(`${code}: ${resp.error_message}`);
     }
+    if (resp.throttle_time_ms > 0) {
+      // A quota (e.g. joins per principal): no request before it has passed.
+      this.nextHeartbeatAt = Math.max(this.nextHeartbeatAt, Date.now() + resp.throttle_time_ms);
+    }
   }
 
   onSuccess(request, resp, sentAt, ownedKey) {
@@ -436,7 +551,11 @@ class Worker {
       return;
     }
     if (this.phase !== 'JOINING' && this.phase !== 'MEMBER') return; // we rejoin or leave now
-    if (this.phase === 'JOINING') this.log('joined', { member_epoch: resp.member_epoch });
+    if (this.phase === 'JOINING') {
+      this.log('joined', { member_epoch: resp.member_epoch });
+      this.membership += 1;
+      this.fetchedRevision = null; // fetch again after every join
+    }
     this.phase = 'MEMBER';
     this.failures = 0;
     this.fullNext = false;
@@ -446,6 +565,7 @@ class Worker {
     if (resp.session_timeout_ms > 0) this.sessionTimeoutMs = resp.session_timeout_ms;
     this.nextHeartbeatAt = Date.now() + this.heartbeatIntervalMs;
     this.epoch = resp.member_epoch;
+    this.revision = Number(resp.lifecycle_revision) || 0;
     if (resp.assignment) {
       // Present: the full set we may run now. Absent (null): keep what we have.
       this.assigned = toSet(resp.assignment.connectors_and_tasks);
@@ -464,6 +584,7 @@ class Worker {
     }
     if (resp.error_code === 'COMPUTE_ASSIGNMENT' && !this.computing) this.compute();
     if (keyOf(this.owned) !== this.lastReported) this.nextHeartbeatAt = Date.now();
+    this.lifecycle();
   }
 
   retryLater(why) {
@@ -480,6 +601,11 @@ class Worker {
     this.phase = this.phase === 'LEAVING' ? 'LEAVING' : 'REJOINING';
     this.epoch = 0;
     this.assigned = new Set();
+    this.revision = 0;
+    this.fetchedRevision = null;
+    this.configs = new Map();
+    this.reconfigure = new Set();
+    this.reported = new Map(); // a new membership: new grants, new tokens
     this.fullNext = true;
     this.lastSuccessSentAt = null;
     this.failures = 0;
@@ -547,6 +673,151 @@ class Worker {
         admin.close();
       }
     }
+  }
+
+  // --- connector lifecycle (DESIGN 3.20): configs in, statuses out ----------------------------
+
+  /** Fetch configs or report statuses if due; each runs beside the heartbeats, one at a time. */
+  lifecycle() {
+    if (this.phase !== 'MEMBER' || this.revision <= 0) return;
+    const now = Date.now();
+    if (now < this.memberCallsNotBefore) return; // throttled: both calls wait
+    if (!this.fetching && this.fetchedRevision !== this.revision && now >= this.fetchNotBefore) {
+      this.fetching = true;
+      this.fetchConfigs().finally(() => ((this.fetching = false), this.wakeUp()));
+    }
+    if (!this.reporting && now >= this.lastReportAt + this.heartbeatIntervalMs) {
+      const entries = this.statusChanges();
+      if (entries.length > 0) {
+        this.reporting = true;
+        this.lastReportAt = now;
+        this.report(entries).finally(() => ((this.reporting = false), this.wakeUp()));
+      }
+    }
+  }
+
+  /**
+   * A member call's error answer: THROTTLING_QUOTA_EXCEEDED holds both calls back for its
+   * throttle_time_ms; the others are retried later (the heartbeat deals with membership).
+   */
+  memberCallRefused(call, resp) {
+    const code = typeof resp.error_code === 'string' ? resp.error_code : 'UNKNOWN_SERVER_ERROR';
+    if (code === 'THROTTLING_QUOTA_EXCEEDED') {
+      const wait = resp.throttle_time_ms > 0 ? resp.throttle_time_ms : this.heartbeatIntervalMs;
+      this.memberCallsNotBefore = Date.now() + wait;
+      this.log('throttled', { call, throttle_time_ms: wait });
+    } else {
+      this.log('retry', { why: `${call}: ${code}: ${resp.error_message}` });
+    }
+  }
+
+  async fetchConfigs() {
+    const o = this.o;
+    const membership = this.membership;
+    const known_digests = {};
+    this.configs.forEach((held, name) => (known_digests[name] = held.digest));
+    const request = {
+      group_id: o.groupId,
+      member_id: o.memberId,
+      member_epoch: this.epoch,
+      known_digests,
+    };
+    let resp;
+    try {
+      resp = await this.call(this.coordinator, 'ConnectGroupConfigs', request);
+    } catch (err) {
+      resp = { error_code: 'UNKNOWN_SERVER_ERROR', error_message: `transport: ${err.message}` };
+    }
+    if (membership !== this.membership || this.phase !== 'MEMBER') return; // stale
+    if (resp.error_code !== 'NONE') {
+      this.fetchNotBefore = Date.now() + this.heartbeatIntervalMs;
+      this.memberCallRefused('ConnectGroupConfigs', resp);
+      return;
+    }
+    const configs = new Map();
+    const changed = [];
+    let incomplete = false;
+    for (const held of resp.connectors) {
+      const before = this.configs.get(held.connector);
+      let config = held.config ? { ...held.config.values } : null; // ABSENT: the digest we sent
+      if (!config && before && before.digest === held.config_digest) config = before.config;
+      if (!config) {
+        incomplete = true; // cannot happen with a correct coordinator: ask again, naming nothing
+        continue;
+      }
+      configs.set(held.connector, {
+        digest: held.config_digest,
+        config,
+        target_state: held.target_state,
+      });
+      if (!before || before.digest !== held.config_digest) changed.push(held.connector);
+      if (before && before.digest !== held.config_digest) this.reconfigure.add(held.connector);
+    }
+    this.configs = configs;
+    this.fetchedRevision = incomplete ? null : Number(resp.lifecycle_revision);
+    if (incomplete) this.fetchNotBefore = Date.now() + this.heartbeatIntervalMs;
+    const config_digests = {};
+    configs.forEach((held, name) => (config_digests[name] = held.digest));
+    this.log('configs', {
+      member_epoch: request.member_epoch,
+      lifecycle_revision: Number(resp.lifecycle_revision),
+      config_digests,
+      changed,
+    });
+  }
+
+  /** The statuses that differ from what the coordinator last answered, as StatusEntry objects. */
+  statusChanges() {
+    const owned = this.owned;
+    const entries = [];
+    this.statuses.forEach(({ state, trace }, key) => {
+      if (!owned.has(key) || !this.tokens.has(key)) return;
+      const token = this.tokens.get(key);
+      const last = this.reported.get(key);
+      if (last && last[0] === state && last[1] === trace && last[2] === token) return;
+      const [connector, task] = JSON.parse(key);
+      const entry = { connector, fencing_token: token, state, trace };
+      if (task !== undefined) entry.task = task; // ABSENT: the connector itself
+      entries.push({ key, entry });
+    });
+    return entries;
+  }
+
+  async report(entries) {
+    const o = this.o;
+    const membership = this.membership;
+    const request = {
+      group_id: o.groupId,
+      member_id: o.memberId,
+      member_epoch: this.epoch,
+      entries: entries.map((e) => e.entry),
+    };
+    let resp;
+    try {
+      resp = await this.call(this.coordinator, 'ConnectGroupReportStatus', request);
+    } catch (err) {
+      resp = { error_code: 'UNKNOWN_SERVER_ERROR', error_message: `transport: ${err.message}` };
+    }
+    if (membership !== this.membership || this.phase !== 'MEMBER') return; // stale
+    if (resp.error_code !== 'NONE') {
+      this.memberCallRefused('ConnectGroupReportStatus', resp);
+      return;
+    }
+    const counted = [];
+    const refused = [];
+    entries.forEach(({ key, entry }, i) => {
+      const result = resp.results[i] || { error_code: 'UNKNOWN_SERVER_ERROR' };
+      const resource = { connector: entry.connector, task: entry.task, state: entry.state };
+      if (result.error_code === 'NONE') counted.push(resource);
+      else refused.push({ ...resource, error_code: result.error_code, why: result.error_message });
+      // Counted, or refused (NOT_RESOURCE_OWNER: not held under that token): either way, not
+      // sent again until it changes; a new grant brings a new token.
+      const now = this.statuses.get(key);
+      if (result.error_code !== 'UNKNOWN_SERVER_ERROR' && now) {
+        this.reported.set(key, [entry.state, entry.trace, entry.fencing_token]);
+      }
+    });
+    this.log('status', { member_epoch: request.member_epoch, counted, refused });
   }
 
   // --- COMPUTE_ASSIGNMENT ---------------------------------------------------------------------
@@ -673,6 +944,12 @@ function main(argv) {
       process.exit(1);
     },
   );
+}
+
+/** What a status report says about an error thrown by onStart/onReconfigure: its stack. */
+function traceOf(err) {
+  const text = String((err && err.stack) || err);
+  return text.length > MAX_TRACE_CHARS ? text.slice(0, MAX_TRACE_CHARS) : text;
 }
 
 module.exports = { Worker, ASSIGNOR, CONFIGURATION_ERRORS, loadServices, tokensFrom, tokensJson };
