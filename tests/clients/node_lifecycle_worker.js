@@ -1,0 +1,33 @@
+#!/usr/bin/env node
+'use strict';
+/**
+ * clients/node/worker.js used as a library, for tests/clients/test_node_lifecycle.py:
+ *
+ *   node node_lifecycle_worker.js COORDINATOR GROUP MEMBER_ID FAIL_FILE RECEIVED_FILE
+ *
+ * onStart throws while FAIL_FILE exists (the worker reports FAILED, retries, and reports RUNNING
+ * once it succeeds). What onStart and onReconfigure are handed, config values included, is
+ * appended to RECEIVED_FILE as JSON lines: never to stdout, which is the worker's log.
+ */
+
+const fs = require('fs');
+const path = require('path');
+const { Worker } = require(path.resolve(__dirname, '..', '..', 'clients', 'node', 'worker.js'));
+
+const [coordinator, groupId, memberId, failFile, receivedFile] = process.argv.slice(2);
+const record = (callback, given) =>
+  fs.appendFileSync(receivedFile, JSON.stringify({ callback, ...given }) + '\n');
+
+const worker = new Worker({
+  coordinators: [coordinator],
+  groupId,
+  memberId,
+  rebalanceTimeoutMs: 5000,
+  onStart: (given) => {
+    if (fs.existsSync(failFile)) throw new Error('start refused by the test (fail file present)');
+    record('onStart', given);
+  },
+  onReconfigure: (given) => record('onReconfigure', given),
+});
+process.on('SIGTERM', () => worker.leave());
+worker.run().then((code) => process.exit(code));
