@@ -1,11 +1,12 @@
 """Replays, against a real coordinator, the message-by-message rebalance that protos/README.md
-("One rebalance, message by message") shows client authors, and checks every answer it quotes."""
+("One rebalance, message by message") shows client authors, and checks every answer it quotes
+(with the lifecycle calls of its last step: ConnectGroupConfigs, ConnectGroupReportStatus)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from connect.group.v1 import common_pb2
+from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 from tests.support.client import ScriptedWorker, describe, from_cat, parse, put_connector
 from tests.support.coordinator import Stubs
@@ -36,6 +37,7 @@ def test_the_guides_rebalance_happens_as_documented(stubs: Stubs, group: str) ->
     # 1. w2 joins: every field set, owned present and empty.
     r = w2.join()
     assert (r.error_code, r.member_epoch, assignment(r)) == (NONE, 3, [])
+    assert r.lifecycle_revision == 0  # granted nothing yet: nothing to fetch
     # 2. w1's next heartbeat (nothing changed, so every optional field absent).
     r = w1.heartbeat(report_owned=False)
     assert (r.error_code, r.member_epoch, assignment(r)) == (COMPUTE, 3, None)
@@ -58,9 +60,44 @@ def test_the_guides_rebalance_happens_as_documented(stubs: Stubs, group: str) ->
     # 8. w2 now receives A-1 ...
     r = w2.heartbeat(report_owned=False)
     assert (r.error_code, r.member_epoch, assignment(r)) == (NONE, 4, ["A-1"])
-    # 9. ... starts it, and reports it.
+    assert r.lifecycle_revision == 1  # the grant raised it
+    ((connector, task, token),) = [
+        (t.connector, t.task, t.token) for t in r.assignment.fencing_tokens
+    ]
+    assert (connector, task, token) == ("A", 1, 2)  # A-1 ran under token 1 on w1
+    # 9. ... fetches A's config (the revision differs from its last fetch's: none) ...
+    c = stubs.coordinator.ConnectGroupConfigs(
+        coordinator_pb2.ConnectGroupConfigsRequest(group_id=group, member_id="w2", member_epoch=4),
+        timeout=10,
+    )
+    assert (c.error_code, c.lifecycle_revision, [h.connector for h in c.connectors]) == (
+        NONE,
+        1,
+        ["A"],
+    )
+    assert c.connectors[0].HasField("config")
+    assert c.connectors[0].config_digest.startswith("hmac-sha256:")
+    assert c.connectors[0].target_state == common_pb2.TARGET_STARTED
+    # ... starts it, and reports it in its heartbeat ...
     r = w2.heartbeat()
     assert (r.error_code, r.member_epoch, assignment(r)) == (NONE, 4, None)
+    assert r.lifecycle_revision == 1  # no change: no fetch
+    # ... and its status.
+    entry = coordinator_pb2.StatusEntry(
+        connector="A", task=1, fencing_token=token, state=common_pb2.RUNNING
+    )
+    s = stubs.coordinator.ConnectGroupReportStatus(
+        coordinator_pb2.ConnectGroupReportStatusRequest(
+            group_id=group, member_id="w2", member_epoch=4, entries=[entry]
+        ),
+        timeout=10,
+    )
+    assert (s.error_code, [e.error_code for e in s.results]) == (NONE, [NONE])
+    (view,) = stubs.admin.DescribeGroups(
+        admin_pb2.DescribeGroupsRequest(group_ids=[group], include_status=True), timeout=10
+    ).groups
+    (a1,) = [x for x in view.statuses if x.connector == "A" and x.HasField("task") and x.task == 1]
+    assert (a1.state, a1.worker_id) == (common_pb2.RUNNING, "w2")
     described = describe(stubs, group)
     assert (described.state, described.group_epoch, described.assignment_epoch) == (
         "STABLE",
