@@ -8,8 +8,10 @@ gRPC server on 127.0.0.1, real database)."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+import pytest
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 from connect_protocol.errors import ErrorCode
@@ -108,7 +110,10 @@ def formed(stubs: Stubs) -> tuple[ScriptedWorker, ScriptedWorker]:
     return w1, w2
 
 
-def test_configs_go_to_holders_only_and_revisions_rise_for_them(database_url: str) -> None:
+def test_configs_go_to_holders_only_and_revisions_rise_for_them(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     with InProcessCoordinator(database_url) as coord:
         assert coord.stubs is not None
         stubs = coord.stubs
@@ -155,6 +160,8 @@ def test_configs_go_to_holders_only_and_revisions_rise_for_them(database_url: st
         assert not any(SECRET in str(e["payload"]) or "rotated" in str(e) for e in events)
         prepared = w1.prepare()
         assert SECRET not in str(prepared) and "rotated" not in str(prepared)
+    assert len(caplog.records) > 10  # the coordinator logged (events, at DEBUG too)
+    assert SECRET not in caplog.text and "rotated" not in caplog.text  # at DEBUG included
 
 
 def test_status_entries_are_refused_one_by_one_and_derived_on_read(database_url: str) -> None:
