@@ -16,6 +16,10 @@ migration 0005 "hmac-sha256:<hex>", an HMAC under the database's own key, which 
 reads; unkeyed "sha256:<hex>" in rows and events written before), and its `config` column is
 NULL, not even read from the database, unless the export is asked for the values
 (`CATALOGUE_WITH_CONFIG_VALUES`, `--include-config-values`).
+
+Status traces may carry secrets too: `RESOURCE_STATUSES` reads each trace only for `snapshot` to
+replace it by its digest in Spark, before anything is written (SQLite has no SHA-256 to do it
+in the database).
 """
 
 from __future__ import annotations
@@ -261,11 +265,34 @@ def _current_assignment(j: _Json, where: str | None) -> str:
     )
 
 
+TRACE_COLUMN = "trace"
+"""The column of `RESOURCE_STATUSES`'s query that `snapshot` replaces by its digest
+(`trace_digest`) before anything is written."""
+
+
+def _resource_statuses(j: _Json, where: str | None) -> str:
+    """One row per stored status, named as the other tables name resources (a connector's
+    row: task NULL; stored as task -1), with its trace as stored, for `snapshot` to digest:
+    the trace is never written (`TRACE_COLUMN`)."""
+    filtered = f" WHERE {where}" if where else ""
+    return (
+        "SELECT s.group_id, "
+        "CASE WHEN s.task < 0 THEN s.connector "
+        "ELSE s.connector || '-' || CAST(s.task AS TEXT) END AS resource, "
+        "CASE WHEN s.task < 0 THEN 'connector' ELSE 'task' END AS resource_type, "
+        f"s.connector, CASE WHEN s.task < 0 THEN {j.null_int()} ELSE s.task END AS task, "
+        "s.state, s.member_id, s.fencing_token, s.restart_count, s.reported_at_ms, "
+        f"s.trace AS {TRACE_COLUMN} "
+        f"FROM resource_statuses s{filtered}"
+    )
+
+
 _QUERIES: dict[str, Callable[[_Json, str | None], str]] = {
     "catalogue": _catalogue,
     "catalogue_with_config_values": partial(_catalogue, config_values=True),
     "target_assignment": _target_assignment,
     "current_assignment": _current_assignment,
+    "resource_statuses": _resource_statuses,
 }
 
 _RESOURCE = (
@@ -359,7 +386,40 @@ CURRENT_ASSIGNMENT = DerivedTable(
     ),
 )
 
-DERIVED_TABLES = (CATALOGUE, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT)
+RESOURCE_STATUSES = DerivedTable(
+    "resource_statuses",
+    (
+        ("group_id", "STRING"),
+        *_RESOURCE,
+        ("state", "STRING"),
+        ("member_id", "STRING"),
+        ("fencing_token", "BIGINT"),
+        ("restart_count", "BIGINT"),
+        ("reported_at_ms", "BIGINT"),
+        (TRACE_COLUMN, "STRING"),
+    ),
+    source_table="resource_statuses",
+    # The row's own key: one connector's 100,000 tasks spread over the parallel reads.
+    source_key="(s.connector || '-' || CAST(s.task AS TEXT))",
+    carries=(
+        (
+            "resource_statuses",
+            (
+                "group_id",
+                "connector",
+                "task",
+                "state",
+                "member_id",
+                "fencing_token",
+                "restart_count",
+                "reported_at_ms",
+            ),
+        ),
+    ),
+)
+"""The stored statuses; the query reads each trace, the written table has only its digest."""
+
+DERIVED_TABLES = (CATALOGUE, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT, RESOURCE_STATUSES)
 """The derived tables as exported by default (the catalogue without config values)."""
 
 
@@ -367,4 +427,4 @@ def derived_tables(include_config_values: bool = False) -> tuple[DerivedTable, .
     """The derived tables; the catalogue with config values only if asked."""
     if not include_config_values:
         return DERIVED_TABLES
-    return (CATALOGUE_WITH_CONFIG_VALUES, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT)
+    return (CATALOGUE_WITH_CONFIG_VALUES, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT, RESOURCE_STATUSES)

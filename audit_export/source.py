@@ -263,6 +263,8 @@ MEMBERS = TableSpec(
         ("session_timeout_ms", "int"),
         ("last_joined_generation", "int"),
         ("classic_assignment", "json"),
+        # Connector lifecycle (migration 0011, DESIGN 3.20).
+        ("lifecycle_revision", "long"),
     ),
     hash_key="member_id",
 )
@@ -279,6 +281,24 @@ CONNECTORS = TableSpec(
 )
 """Never read whole by the export: the catalogue (`snapshot_sql.CATALOGUE`) carries the digest
 of each config and its values only when asked."""
+RESOURCE_STATUSES = TableSpec(
+    "resource_statuses",
+    (
+        ("group_id", "string"),
+        ("connector", "string"),
+        ("task", "int"),
+        ("state", "string"),
+        ("member_id", "string"),
+        ("fencing_token", "long"),
+        ("restart_count", "long"),
+        ("trace", "string"),
+        ("reported_at_ms", "long"),
+    ),
+    hash_key="connector",
+)
+"""What each resource's holder last reported (migration 0011). Never read whole by the export:
+the snapshot's `resource_statuses` (`snapshot_sql.RESOURCE_STATUSES`) has each trace's digest,
+never its text."""
 TARGET_ASSIGNMENTS = TableSpec(
     "target_assignments",
     (
@@ -327,8 +347,10 @@ STATE_TABLES = (
     TARGET_ASSIGNMENTS,
     TARGET_ASSIGNMENT_MEMBERS,
     GROUP_CONFIGS,
+    RESOURCE_STATUSES,
 )
-"""Every table but the events: read whole on every run (the snapshot)."""
+"""Every table but the events: read on every run (the snapshot; `CONNECTORS` and
+`RESOURCE_STATUSES` without their secret columns), and counted to size the parallel reads."""
 
 WITHHELD: Mapping[tuple[str, str], str] = {
     ("coordinator_settings", "*"): (
@@ -347,6 +369,12 @@ WITHHELD: Mapping[tuple[str, str], str] = {
     ("connectors", "config"): (
         "connector config values carry secrets (passwords, keys): the catalogue has their "
         "digest, and the values only with --include-config-values"
+    ),
+    ("resource_statuses", "trace"): (
+        "a FAILED resource's trace is the worker's error output, which may carry secrets "
+        "(a connection URL with its password, a config value in an exception) or personal "
+        "data: the snapshot has its digest (trace_digest), and `coordinator-svc status` or "
+        "DescribeGroups show the text to those allowed to describe the group"
     ),
     ("target_assignments", "assignor_state"): (
         "the client assignor's opaque state (up to --max-assignor-state-bytes per group), "

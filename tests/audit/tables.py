@@ -4,6 +4,7 @@ so tests compare them row by row."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -190,6 +191,33 @@ class Database:
                 )
         return _sorted(out)
 
+    def resource_statuses(self, traces: bool = False) -> list[Row]:
+        """The stored statuses named as the export names resources (a connector's row, stored
+        as task -1, with task None); last, the trace's digest ("sha256:<hex>" of its UTF-8
+        text, None for none), or with `traces` the trace itself (what the query reads)."""
+        out: list[Row] = []
+        for s in self.rows(schema.resource_statuses):
+            connector, task = s["connector"], s["task"]
+            trace = s["trace"]
+            if not traces:
+                trace = "sha256:" + hashlib.sha256(trace.encode()).hexdigest() if trace else None
+            out.append(
+                (
+                    s["group_id"],
+                    connector if task < 0 else f"{connector}-{task}",
+                    "connector" if task < 0 else "task",
+                    connector,
+                    None if task < 0 else task,
+                    s["state"],
+                    s["member_id"],
+                    s["fencing_token"],
+                    s["restart_count"],
+                    s["reported_at_ms"],
+                    trace,
+                )
+            )
+        return _sorted(out)
+
     def current_assignment(self) -> list[Row]:
         targets = {t["group_id"]: t for t in self.rows(schema.target_assignments)}
         groups = {g["group_id"]: g for g in self.rows(schema.groups)}
@@ -262,6 +290,19 @@ EXPORTED_COLUMNS: dict[str, Sequence[str]] = {
         "group_epoch",
         "assignment_epoch",
         "target_member_id",
+    ),
+    "resource_statuses": (
+        "group_id",
+        "resource",
+        "resource_type",
+        "connector",
+        "task",
+        "state",
+        "member_id",
+        "fencing_token",
+        "restart_count",
+        "reported_at_ms",
+        "trace_digest",
     ),
 }
 

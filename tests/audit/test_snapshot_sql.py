@@ -7,6 +7,7 @@ snapshot: reads through Spark see the database as it was when it was pinned."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -85,6 +86,32 @@ def _connector(
         "task_count": tasks,
         "config": config,
         "config_digest": config_digest(config, key),
+    }
+
+
+TRACE = "java.sql.SQLException: é\n\tat Conn(password=hunter2)\n"
+
+
+def _status(
+    group_id: str,
+    connector: str,
+    task: int,
+    state: str,
+    member_id: str,
+    token: int,
+    trace: str = "",
+    restart_count: int = 0,
+) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "connector": connector,
+        "task": task,
+        "state": state,
+        "member_id": member_id,
+        "fencing_token": token,
+        "restart_count": restart_count,
+        "trace": trace,
+        "reported_at_ms": 1_000 + token,
     }
 
 
@@ -199,6 +226,18 @@ def fill(url: str) -> None:
                 },
             ],
         )
+        conn.execute(
+            sa.insert(t["resource_statuses"]),
+            [
+                # a connector (stored as task -1), running, no trace
+                _status("g1", "A", -1, "RUNNING", "w1", 11),
+                # a task that failed, its trace not ASCII and over several lines
+                _status("g1", "A", 0, "FAILED", "w1", 12, trace=TRACE),
+                # the same names in another group; a restart requested (nobody reported it)
+                _status("g2", "A", 0, "RESTARTING", "", 0, restart_count=2),
+                _status("g1", "Zéro", 7, "PAUSED", "w2", 13),
+            ],
+        )
     engine.dispose()
 
 
@@ -243,7 +282,9 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
         with_values = _query(filled, snapshot_sql.CATALOGUE_WITH_CONFIG_VALUES)
         target = _query(filled, snapshot_sql.TARGET_ASSIGNMENT)
         current = _query(filled, snapshot_sql.CURRENT_ASSIGNMENT)
+        statuses = _query(filled, snapshot_sql.RESOURCE_STATUSES)
         key = db.digest_key()
+        assert statuses == db.resource_statuses(traces=True)
         assert catalogue == db.catalogue()
         assert with_values == db.catalogue(config_values=True)
         assert target == db.target_assignment()
@@ -278,6 +319,10 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
     assert big == {"R", "S-0", *(f"R-{n}" for n in range(300) if n != 150)}
     assert {r[3] for r in current if r[0] == "g4" and r[7]} == {f"P-{n}" for n in range(400)}
     assert {r[2] for r in target if r[0] == "g4"} == big
+    # Statuses named as the other tables name resources: a connector's with task NULL.
+    assert ("g1", "A", "connector", "A", None, "RUNNING", "w1", 11, 0, 1011, "") in statuses
+    assert ("g1", "Zéro-7", "task", "Zéro", 7, "PAUSED", "w2", 13, 0, 1013, "") in statuses
+    assert ("g2", "A-0", "task", "A", 0, "RESTARTING", "", 0, 2, 1000, "") in statuses
 
 
 def test_a_condition_on_the_key_splits_the_rows_without_loss_or_overlap(filled: str) -> None:
@@ -348,8 +393,32 @@ def test_parallel_reads_of_the_snapshot_give_the_same_rows_as_one_read(
     with source.pinned_snapshot(spark, src) as pin:
         whole = snapshot.read(spark, src, pin.stats, session_init=pin.session_init)
         parts = snapshot.read(spark, src, pin.stats, tuning=split, session_init=pin.session_init)
-        for name in ("members", "catalogue", "target_assignment", "current_assignment"):
+        for name in (
+            "members",
+            "catalogue",
+            "target_assignment",
+            "current_assignment",
+            "resource_statuses",
+        ):
             assert parts[name].rdd.getNumPartitions() > 1, name
             one = sorted(map(repr, whole[name].collect()))
             three = sorted(map(repr, parts[name].collect()))
             assert three == one and one, name
+        # The traces' digests, computed in Spark, are the oracle's (UTF-8, sha256), and the
+        # text itself is in no column.
+        db = T.Database(database_url)
+        try:
+            expected = db.resource_statuses()
+        finally:
+            db.close()
+        digested = T._sorted(
+            tuple(r)
+            for r in whole["resource_statuses"]
+            .select(*T.EXPORTED_COLUMNS["resource_statuses"])
+            .collect()
+        )
+        assert digested == expected
+        assert [r[-1] for r in digested if r[1] == "A-0" and r[0] == "g1"] == [
+            "sha256:" + hashlib.sha256(TRACE.encode()).hexdigest()
+        ]
+        assert "hunter2" not in repr(whole["resource_statuses"].collect())
