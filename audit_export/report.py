@@ -977,6 +977,19 @@ def render_html(summary: Mapping[str, Any], timelines: Sequence[GroupTimeline]) 
                     "have an unkeyed sha256; no values)",
                 ),
                 (
+                    "status traces",
+                    "digests only (trace_digest: an unkeyed sha256 of each stored trace; no "
+                    "trace text)",
+                ),
+                (
+                    "resources by last reported status",
+                    ", ".join(
+                        f"{state} {n}"
+                        for state, n in sorted(summary.get("resource_statuses", {}).items())
+                    )
+                    or "none reported",
+                ),
+                (
                     "snapshot rows",
                     ", ".join(f"{k} {v}" for k, v in sorted(rows.items()) if k != "events"),
                 ),

@@ -29,8 +29,10 @@ def build_summary(
     include_config_values: bool = False,
 ) -> dict[str, Any]:
     """The run's JSON summary: the run and its watermark, counts per group and per kind, and
-    the first `max_rows` rows of the violations, rebalances and connector moves; and whether
-    the catalogue holds config values (`connector_configs`: "digests" or "values")."""
+    the first `max_rows` rows of the violations, rebalances and connector moves; whether the
+    catalogue holds config values (`connector_configs`: "digests" or "values"); the stored
+    resource statuses by state (`resource_statuses`), whose traces are digests only
+    (`status_traces`)."""
     limit = max_rows
     violations, v_cut = _rows(
         found["violations"], limit, "group_id", "kind", "resource", "event_id"
@@ -80,6 +82,10 @@ def build_summary(
         .fillna(0, ["members", "catalogue_resources", "rebalances", "violations"])
     )
     group_rows, g_cut = _rows(groups, limit, "group_id")
+    statuses = {
+        r["state"]: int(r["count"])
+        for r in tables["resource_statuses"].groupBy("state").count().collect()
+    }
     return {
         "export_date": run.export_date,
         "exported_at": run.exported_at,
@@ -93,6 +99,8 @@ def build_summary(
             "unfilled_event_ids": [event_id for event_id, _ in run.unfilled],
         },
         "connector_configs": "values" if include_config_values else "digests",
+        "status_traces": "digests",
+        "resource_statuses": dict(sorted(statuses.items())),
         "grace_ms": config.grace_ms,
         "as_of_ms": config.as_of_ms,
         "rows": {k: v for k, v in run.table_rows.items() if not k.startswith("findings/")},

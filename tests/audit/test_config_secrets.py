@@ -1,16 +1,21 @@
 """Connector configs are secrets (issue 16): the audit export writes each config's digest, never
 its values, unless `--include-config-values` asks for them; a config change shows as two
-different digests, in the daily catalogue snapshots and in the CONNECTOR_PUT events.
+different digests, in the daily catalogue snapshots and in the CONNECTOR_PUT events. Status
+traces may carry secrets too (issue 28): a worker's FAILED report with a secret in its trace is
+exported as the status row with the trace's digest only, with or without config values, and
+its STATUS_CHANGED event carries only the coordinator's digest.
 
 One coordinator per database (PostgreSQL and the embedded SQLite file, both read over JDBC by the
 test run's Spark session): A is put with a secret, exported on day 1; A's secret is changed
-(same task count: no rebalance), exported on day 2; then day 2 again into another directory with
+(same task count: no rebalance), a worker given A and A-0 reports A RUNNING and A-0 FAILED with
+a trace holding another secret, exported on day 2; then day 2 again into another directory with
 the values included. Every file under each output directory (Parquet, schemas, summary.json,
 report.html, watermarks) is searched for the secrets: as written (Spark's snappy leaves a single
 random string intact, which the values export proves), and the Parquet tables read back."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from functools import reduce
@@ -18,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from connect.group.v1 import admin_pb2
+from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -26,6 +31,7 @@ from audit_export import ExportOptions, cli, run_export
 from audit_export.snapshot import SCHEMA_FILE
 from connect_protocol.configs import config_digest
 from tests.audit import tables as T
+from tests.support.client import ScriptedWorker, parse
 from tests.support.coordinator import InProcessCoordinator
 
 GROUP = "secrets"
@@ -38,6 +44,43 @@ def put(stubs: Any, config: dict[str, str]) -> None:
         timeout=10,
     )
     assert resp.error_code == 0, resp
+
+
+def report_failure(stubs: Any, trace: str) -> None:
+    """A worker w1 given A and A-0 (it computes the assignment itself) reports A RUNNING and
+    A-0 FAILED with `trace`, each under its grant's fencing token."""
+    worker = ScriptedWorker(stubs, GROUP, "w1")
+    worker.join()
+    worker.heartbeat()
+    prepared = worker.prepare()
+    assert prepared.error_code == 0, prepared.error_message
+    installed = worker.install(prepared.group_epoch, {"w1": parse("A", "A-0")})
+    assert installed.error_code == 0, installed.error_message
+    for _ in range(3):
+        worker.heartbeat()
+    owned = worker.owned
+    assert owned == parse("A", "A-0")
+    worker.owned = (frozenset(), frozenset())  # answered with the whole assignment again
+    grants = worker.heartbeat().assignment.fencing_tokens
+    worker.owned = owned
+    tokens = {(t.connector, t.task if t.HasField("task") else -1): t.token for t in grants}
+    failed = coordinator_pb2.StatusEntry(
+        connector="A", task=0, fencing_token=tokens["A", 0], state=common_pb2.FAILED, trace=trace
+    )
+    running = coordinator_pb2.StatusEntry(
+        connector="A", fencing_token=tokens["A", -1], state=common_pb2.RUNNING
+    )
+    answer = stubs.coordinator.ConnectGroupReportStatus(
+        coordinator_pb2.ConnectGroupReportStatusRequest(
+            group_id=GROUP,
+            member_id=worker.member_id,
+            member_epoch=worker.epoch,
+            entries=[running, failed],
+        ),
+        timeout=10,
+    )
+    assert answer.error_code == 0, answer.error_message
+    assert [r.error_code for r in answer.results] == [0, 0], answer
 
 
 def files_with(root: Path, secret: str) -> list[str]:
@@ -86,6 +129,8 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
     spark: SparkSession, url: str, tmp_path: Path
 ) -> None:
     secret1, secret2 = f"s3cr3t-{uuid.uuid4().hex}", f"s3cr3t-{uuid.uuid4().hex}"
+    traced = f"tr4ce-{uuid.uuid4().hex}"
+    trace = f"org.postgresql.util.PSQLException: connect to postgresql://app:{traced}@db failed"
     config1 = {"db.password": secret1, "topic": "orders"}
     config2 = {"db.password": secret2, "topic": "orders"}
     out, with_values = tmp_path / "audit", tmp_path / "audit-with-values"
@@ -103,6 +148,7 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
         put(coordinator.stubs, config1)
         run_export(spark, ExportOptions(url, str(out), export_date=DAY1, findings=False))
         put(coordinator.stubs, config2)
+        report_failure(coordinator.stubs, trace)
     result = run_export(spark, ExportOptions(url, str(out), export_date=DAY2, findings=findings))
     run_export(
         spark,
@@ -113,14 +159,17 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
 
     # By default no secret anywhere: not in the Parquet files, the schemas, the summary, the
     # report or the watermarks, neither as written nor as the tables read back.
-    for secret in (secret1, secret2, key.hex()):
+    for secret in (secret1, secret2, key.hex(), traced):
         assert files_with(out, secret) == []
-    assert tables_with(spark, out, secret1, secret2, key.hex()) == []
+    assert tables_with(spark, out, secret1, secret2, key.hex(), traced) == []
     assert not (out / "coordinator_secrets").exists()  # the key is never exported
     if findings:
         assert result.summary is not None and result.summary["connector_configs"] == "digests"
         report = (out / "reports" / f"export_date={DAY2}" / "report.html").read_text()
         assert "digests only" in report
+        assert result.summary["status_traces"] == "digests"
+        assert result.summary["resource_statuses"] == {"FAILED": 1, "RUNNING": 1}
+        assert "FAILED 1, RUNNING 1" in report
         searched = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
         assert {f"reports/export_date={DAY2}/{n}" for n in ("summary.json", "report.html")} <= (
             searched
@@ -147,6 +196,29 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
         (digests[1], True),
     ]
 
+    # The statuses as stored, each trace as its sha256 (none for A's: it has no trace); the
+    # STATUS_CHANGED event with the coordinator's keyed digest of the trace, no text.
+    db = T.Database(url)
+    try:
+        statuses = db.resource_statuses()
+    finally:
+        db.close()
+    exported = T.exported_derived(spark, f"file://{out}", "resource_statuses", DAY2)
+    assert exported == statuses
+    assert [(r[1], r[5], r[10]) for r in exported] == [
+        ("A", "RUNNING", None),
+        ("A-0", "FAILED", "sha256:" + hashlib.sha256(trace.encode()).hexdigest()),
+    ]
+    assert "trace" not in T.read(spark, f"file://{out}", "resource_statuses").columns
+    [changed] = [
+        json.loads(r["payload"])
+        for r in T.read(spark, f"file://{out}", "events", DAY2)
+        .filter("event_type = 'STATUS_CHANGED'")
+        .collect()
+    ]
+    [failed] = [c for c in changed["changes"] if c.get("task") == 0]
+    assert failed["state"] == "FAILED" and failed["trace_digest"].startswith("hmac-sha256:")
+
     # With the values asked for: the day's secret is in the catalogue (and only there; the
     # previous config is nowhere: the snapshot is of the current state, the events never
     # carry values), beside the same digest.
@@ -154,6 +226,7 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
         f.startswith("catalogue/") for f in files_with(with_values, secret2)
     )
     assert files_with(with_values, secret1) == []
+    assert files_with(with_values, traced) == []  # traces never, whatever is asked
     row = catalogue_row(spark, with_values, DAY2)
     assert row["config"] == config2 and row["config_digest"] == digests[1]
 

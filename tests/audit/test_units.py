@@ -163,11 +163,16 @@ def test_help_documents_the_database_output_since_and_partitions() -> None:
     assert "watermark" in proc.stdout and "DATABASE_URL" in proc.stdout
 
 
-def test_the_report_says_whether_the_catalogue_holds_config_values() -> None:
+def test_the_report_says_whether_the_catalogue_holds_config_values_and_status_traces() -> None:
     summary = {"export_date": "2026-01-01", "watermark": {"since_event_id": 0, "until_event_id": 3}}
     assert "digests only" in report.render_html({**summary, "connector_configs": "digests"}, [])
     shown = report.render_html({**summary, "connector_configs": "values"}, [])
     assert "digests and values (--include-config-values)" in shown
+    # Status traces are digests whatever the options; the statuses are counted by state.
+    assert "<td>status traces</td><td>digests only" in shown
+    assert "<td>none reported</td>" in shown
+    counted = report.render_html({**summary, "resource_statuses": {"FAILED": 2, "RUNNING": 5}}, [])
+    assert "<td>resources by last reported status</td><td>FAILED 2, RUNNING 5</td>" in counted
 
 
 def test_secrets_of_a_url_stay_out_of_the_jdbc_url_and_the_display() -> None:
