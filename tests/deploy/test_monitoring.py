@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import inspect
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -42,15 +43,19 @@ import yaml
 
 from connect_protocol.errors import ErrorCode
 from coordinator_svc.core.model import GroupStatus
-from coordinator_svc.metrics import LEASE_CHANGES
+from coordinator_svc.metrics import LEASE_CHANGES, STATUS_STATES
+from coordinator_svc.store.schema import RESOURCE_STATES
 from tests.deploy.conftest import PROD_WITH_MONITORING
 from tests.deploy.k8s import (
+    K8S,
     REPO,
     Obj,
     Rendered,
     container_ports,
     is_prometheus_operator,
+    kubectl,
     labels_match,
+    render,
 )
 from tests.deploy.local import wait_for
 from tests.support.agents import AgentProcess
@@ -739,6 +744,39 @@ def _alert_tests() -> list[Obj]:
             ],
         },
         {
+            # FAILED resources, as each replica counts those of the groups it owns, scraped
+            # every 15 s. In `connect` from 2m15s on, their group moving from one replica to
+            # the other at 10m (neither counts it for two scrapes: the move does not restart the
+            # clock): true from the evaluation at 3m, firing 15 minutes later. In `connect2`
+            # FAILED from 1m to 14m, then recovered: 13 minutes (plus the minute's window) is
+            # not 15. RUNNING ones never matter.
+            "interval": "15s",
+            "input_series": [
+                _series("coordinator_resource_statuses", "0x8 1x30 0x200", state="FAILED", **POD),
+                _series("coordinator_resource_statuses", "0x41 1x200", state="FAILED", **OTHER),
+                _series("coordinator_resource_statuses", "7x240", state="RUNNING", **POD),
+                _series(
+                    "coordinator_resource_statuses",
+                    "0x3 1x52 0x200",
+                    state="FAILED",
+                    **{**POD, "namespace": "connect2"},
+                ),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "17m", "alertname": "ConnectResourcesFailed", "exp_alerts": []},
+                {
+                    "eval_time": "18m",
+                    "alertname": "ConnectResourcesFailed",
+                    "exp_alerts": [{"exp_labels": {**sev_w, **ns}}],
+                },
+                {
+                    "eval_time": "40m",
+                    "alertname": "ConnectResourcesFailed",
+                    "exp_alerts": [{"exp_labels": {**sev_w, **ns}}],
+                },
+            ],
+        },
+        {
             # The audit export's last success 37 hours ago.
             "interval": "1h",
             "input_series": [
@@ -973,6 +1011,10 @@ def _label_values(name: str) -> dict[str, set[str]]:
         if histogram == "worker_agent_revocation_seconds":
             return {"reason": stop_reasons, "le": set()}
         return family.get(name, {})
+    if name == "coordinator_resource_statuses":
+        # Every state the store can hold, each always exported (0 when none).
+        assert set(STATUS_STATES) == set(RESOURCE_STATES)
+        return {"state": set(STATUS_STATES)}
     sources = "\n".join(p.read_text() for p in (REPO / "coordinator_svc").rglob("*.py"))
     reasons = set(re.findall(r'bump_epoch\(\s*"([^"]+)"', sources))
     rpcs = set(re.findall(r"^    def ([A-Z]\w+)\(\s*self,\s*request", sources, flags=re.M))
@@ -1028,6 +1070,7 @@ def test_every_metric_the_rules_and_dashboard_use_exists_with_the_label_values_i
         "coordinator_group_lease_changes",
         "coordinator_rpc_latency_seconds",
         "coordinator_heartbeat_latency_seconds",
+        "coordinator_resource_statuses",
         "worker_agent_heartbeats",
         "worker_agent_heartbeat_errors",
         "worker_agent_heartbeat_failures",
@@ -1058,6 +1101,66 @@ def test_the_agents_exposition_is_one_promtool_accepts(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _k8s_from(folder: Path) -> str:
+    """deploy/k8s, relative to `folder` (kustomize takes no absolute paths)."""
+    return os.path.relpath(K8S, folder)
+
+
+def _readme_patch(readme: str) -> str:
+    """The kustomization fragment deploy/k8s/README.md gives to change how long a resource may
+    stay FAILED (the YAML block after its `failed-for-patch` marker)."""
+    after = readme[readme.index("<!-- failed-for-patch -->") :]
+    block = re.search(r"```yaml\n(.*?)```", after, flags=re.S)
+    assert block is not None
+    return block.group(1)
+
+
+def test_the_readmes_patch_sets_how_long_a_resource_may_stay_failed(
+    monitored: Rendered, tmp_path: Path
+) -> None:
+    """The README's patch, in an overlay of prod with the monitoring component, changes the
+    rule's `for` and nothing else; on a rule file where the alert has moved, its `test` op makes
+    kustomize refuse it rather than patch another rule."""
+    [shipped] = [r for r in _rules(monitored) if r.get("alert") == "ConnectResourcesFailed"]
+    assert shipped["for"] == "15m"
+    fragment = _readme_patch((REPO / "deploy" / "k8s" / "README.md").read_text())
+    patches = yaml.safe_load(fragment)["patches"]
+    [wanted] = [op["value"] for op in yaml.safe_load(patches[0]["patch"]) if op["op"] == "replace"]
+    assert wanted != shipped["for"]
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        f"resources: [{_k8s_from(overlay)}/overlays/prod]\n"
+        f"components: [{_k8s_from(overlay)}/components/sample-workers, "
+        f"{_k8s_from(overlay)}/components/monitoring]\n" + fragment
+    )
+    _, objects = render(overlay)
+    patched = Rendered("patched", "", objects, overlay)
+    changed = [r for r in _rules(patched) if r.get("alert") == "ConnectResourcesFailed"]
+    assert [r["for"] for r in changed] == [wanted]
+    assert [{**r, "for": shipped["for"]} for r in changed] == [shipped]
+    others = [r for r in _rules(patched) if r.get("alert") != "ConnectResourcesFailed"]
+    assert others == [r for r in _rules(monitored) if r.get("alert") != "ConnectResourcesFailed"]
+
+    # The same patch on a rule list where another alert is first in the group: refused.
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    rule = json.loads(json.dumps(_one(monitored, "PrometheusRule")))
+    rule["metadata"].pop("namespace", None)
+    rule["spec"]["groups"][1]["rules"].insert(0, {"alert": "Another", "expr": "vector(1)"})
+    (moved / "rule.yaml").write_text(yaml.safe_dump(rule))
+    (moved / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources: [rule.yaml]\n" + fragment
+    )
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(moved)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0 and "test" in done.stderr.lower(), done.stdout + done.stderr
 
 
 def test_the_readme_says_what_each_alert_means_and_what_to_do(monitored: Rendered) -> None:
