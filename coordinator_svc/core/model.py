@@ -223,6 +223,8 @@ class ResourceStatus:
     reported_at_ms: int
     trace: str = ""
     restart_count: int = 0
+    #: The trace's keyed digest ("" for none; `core.status.trace_digest`).
+    trace_digest: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,11 +154,12 @@ def report_status(
             reported_at_ms=now_ms,
             trace=trace,
             restart_count=0 if stored is None else stored.restart_count,
+            trace_digest=trace_digest(trace, defaults.config_digest_key) if trace else "",
         )
         if stored is not None and _same_report(stored, status):
             continue
         change.put_status(connector, task, status)
-        changes.append(_change_payload(entry, stored, trace, defaults.config_digest_key))
+        changes.append(_change_payload(entry, stored, status))
     if changes:
         change.event(EventType.STATUS_CHANGED, member.member_id, changes=changes)
     response = ReportStatusResponse(
@@ -177,7 +178,7 @@ def _same_report(stored: ResourceStatus, new: ResourceStatus) -> bool:
 
 
 def _change_payload(
-    entry: StatusEntry, stored: ResourceStatus | None, trace: str, key: bytes | None
+    entry: StatusEntry, stored: ResourceStatus | None, status: ResourceStatus
 ) -> dict[str, Any]:
     connector, task = key_of(entry.resource)
     out: dict[str, Any] = {"connector": connector}
@@ -186,8 +187,8 @@ def _change_payload(
     out["state"] = entry.state.value
     out["previous_state"] = None if stored is None else stored.state.value
     out["fencing_token"] = entry.token
-    if trace:
-        out["trace_digest"] = trace_digest(trace, key)
+    if status.trace_digest:
+        out["trace_digest"] = status.trace_digest
     return out
 
 

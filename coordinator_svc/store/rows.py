@@ -542,6 +542,7 @@ def status_row(group_id: str, connector: str, task: int, status: ResourceStatus)
         "fencing_token": status.token,
         "restart_count": status.restart_count,
         "trace": status.trace,
+        "trace_digest": status.trace_digest,
         "reported_at_ms": status.reported_at_ms,
     }
 
@@ -557,6 +558,7 @@ def statuses_from_rows(group_id: str, status_rows: Iterable[Row]) -> StatusRecor
                 reported_at_ms=int(row["reported_at_ms"]),
                 trace=row["trace"] or "",
                 restart_count=int(row["restart_count"] or 0),
+                trace_digest=row["trace_digest"] or "",
             )
             for row in status_rows
         },

@@ -223,6 +223,9 @@ class ResourceStatusRow(Base):
     fencing_token: Mapped[int] = mapped_column(sa.BigInteger)
     restart_count: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
     trace: Mapped[str] = mapped_column(sa.Text, server_default="")
+    # The trace's keyed digest (`core.status.trace_digest`; "" for none): what the audit export
+    # and the STATUS_CHANGED events carry instead of the text (traces may carry secrets).
+    trace_digest: Mapped[str] = mapped_column(sa.String(80), server_default="")
     reported_at_ms: Mapped[int] = mapped_column(sa.BigInteger)
 
 

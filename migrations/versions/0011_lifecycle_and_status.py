@@ -9,8 +9,11 @@ Create Date: 2026-12-05 00:00:00+00:00
   to what a member must know about what it holds (a grant, a held connector's config), and
   carried in every heartbeat, classic Heartbeat and SyncGroup answer.
 - `resource_statuses` (group_id, connector, task (-1: the connector), state, member_id,
-  fencing_token, restart_count, trace, reported_at_ms): what each resource's holder last
-  reported through ConnectGroupReportStatus. Rows are deleted with their connector or group.
+  fencing_token, restart_count, trace, trace_digest, reported_at_ms): what each resource's
+  holder last reported through ConnectGroupReportStatus; `trace_digest` is the trace's keyed
+  digest (as config digests are, migration 0005; "" for no trace), what the audit export and
+  the STATUS_CHANGED events carry instead of the text. Rows are deleted with their connector
+  or group.
 
 Older coordinators run on the migrated schema unchanged (they never read either). Downgrade
 drops both: statuses are reports, re-sent by the agents of a coordinator that has them.
@@ -44,6 +47,7 @@ def upgrade() -> None:
         sa.Column("fencing_token", sa.BigInteger(), nullable=False),
         sa.Column("restart_count", sa.BigInteger(), server_default="0", nullable=False),
         sa.Column("trace", sa.Text(), server_default="", nullable=False),
+        sa.Column("trace_digest", sa.String(80), server_default="", nullable=False),
         sa.Column("reported_at_ms", sa.BigInteger(), nullable=False),
         sa.CheckConstraint(
             "state IN ('RUNNING', 'PAUSED', 'FAILED', 'STOPPED', 'RESTARTING')",

@@ -130,6 +130,9 @@ def test_reports_count_per_entry_and_only_under_the_grants_token() -> None:
     (event,) = h.last_events(EventType.STATUS_CHANGED)
     assert SECRET not in str(event.payload)
     assert [c["state"] for c in event.payload["changes"]] == ["RUNNING", "FAILED"]
+    failed = state.resource_status("A", 0)
+    assert failed is not None and failed.trace_digest == event.payload["changes"][1]["trace_digest"]
+    assert failed.trace_digest.startswith("sha256:")  # unkeyed here: the core tests have no key
     assert state.status_counts == {StatusState.RUNNING: 1, StatusState.FAILED: 1}
     # The same report again writes nothing.
     h.report("w1", StatusEntry("A", token, ReportedState.RUNNING))

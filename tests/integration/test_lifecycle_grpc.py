@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 from connect_protocol.errors import ErrorCode
@@ -262,6 +263,20 @@ def test_statuses_and_revisions_survive_a_takeover(database_url: str) -> None:
         w1 = ScriptedWorker(stubs, GROUP, "w1")
         w1.epoch, w1.owned = epoch, parse("A", "A-0")
         assert w1.heartbeat().lifecycle_revision == revision
+        (changed,) = [
+            e for e in second.store.list_events(GROUP) if e["event_type"] == "STATUS_CHANGED"
+        ]
+        digest = changed["payload"]["changes"][0]["trace_digest"]
+        assert digest.startswith("hmac-sha256:")  # keyed, as config digests are
+        engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+        try:
+            with engine.connect() as conn:
+                stored = conn.execute(
+                    sa.text("SELECT trace_digest FROM resource_statuses WHERE task = 0")
+                ).scalar()
+        finally:
+            engine.dispose()
+        assert stored == digest
 
 
 def test_member_calls_are_rate_limited_per_principal(database_url: str) -> None:
