@@ -52,6 +52,8 @@ ORDER = (
     "ConnectGroupHeartbeat",
     "ConnectGroupPrepareAssignment",
     "ConnectGroupInstallAssignment",
+    "ConnectGroupConfigs",
+    "ConnectGroupReportStatus",
     "PutConnector",
     "DeleteConnector",
     "AlterGroupConfigs",
