@@ -5,6 +5,11 @@ mode. The exec hook reads it on standard input and succeeds by exiting 0; the we
 as a POST body and succeeds by answering 2xx. Anything else raises `ListenerFailed`, which
 `call_with_retry` retries and logs.
 
+Configs (DESIGN 3.20): the exec hook gets the config values of `assigned` and `reconfigured`
+events on its standard input; a webhook gets them only when its URL is https or a loopback
+address (else its events carry the configs' digests only, and the agent says so once, at start,
+with a warning). A hook's output goes into log lines and status traces with those values masked.
+
 Release modes, for `revoked` events (`assigned` events are the same in both):
 
 - ``batch`` (the default, DESIGN 2.3 as it always was): the whole event is released when the
@@ -44,6 +49,7 @@ from http.client import HTTPException, HTTPMessage
 from typing import IO
 
 from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.tls import is_loopback
 from worker_agent.listener import RELEASE_MODES, ListenerFailed, RebalanceEvent, ReleaseMode
 
 __all__ = [
@@ -53,6 +59,7 @@ __all__ = [
     "WebhookListener",
     "event_body",
     "parse_release_line",
+    "webhook_gets_config_values",
 ]
 
 _log = logging.getLogger(__name__)
@@ -70,11 +77,20 @@ def _check_release_mode(release: str) -> None:
         raise ValueError(f"release must be one of {RELEASE_MODES}, not {release!r}")
 
 
-def event_body(event: RebalanceEvent, release: ReleaseMode = "batch") -> bytes:
+def event_body(
+    event: RebalanceEvent, release: ReleaseMode = "batch", *, config_values: bool = True
+) -> bytes:
     """The bytes a hook receives: the event's JSON object, with the hook's `release` mode, on one
-    line, then a newline."""
-    body = {**event.to_json(), "release": release}
+    line, then a newline; `config_values` False: configs as digests only."""
+    body = {**event.to_json(config_values=config_values), "release": release}
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
+def webhook_gets_config_values(url: str) -> bool:
+    """Whether a webhook at `url` may receive config values (DESIGN 3.20): https, or a
+    loopback address (the worker beside the agent)."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "https" or is_loopback(parts.hostname or "")
 
 
 def parse_release_line(line: bytes | str) -> ResourceSet | None:
@@ -152,6 +168,24 @@ def _separate_reader() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         yield writer, reader
 
 
+#: Config values shorter than this are not masked in a hook's output (masking "1" or "true"
+#: everywhere would garble it); secrets are longer.
+_MIN_MASKED_VALUE = 4
+
+
+def _redacted_output(text: str, event: RebalanceEvent) -> str:
+    """A hook's output with the config values its event carried masked: the output goes into
+    log lines and status traces, which never carry config values (DESIGN 3.20), and a hook
+    that echoes its input would put them there."""
+    if not text or not event.configs:
+        return text
+    values = {v for c in event.configs.values() for v in c.values.values()}
+    for value in sorted(values, key=len, reverse=True):
+        if len(value) >= _MIN_MASKED_VALUE and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
 def _tail(stream: IO[bytes]) -> str:
     stream.seek(0, os.SEEK_END)
     size = stream.tell()
@@ -207,6 +241,9 @@ class ExecHookListener:
         self._run(event)
 
     def on_assigned(self, event: RebalanceEvent) -> None:
+        self._run(event)
+
+    def on_reconfigured(self, event: RebalanceEvent) -> None:
         self._run(event)
 
     def _child_env(self, event: RebalanceEvent) -> dict[str, str]:
@@ -266,7 +303,7 @@ class ExecHookListener:
             _kill_group(proc)
             if lines is not None:  # lines written before the kill were true when written
                 self._release_lines(lines.read(final=False), event, command)
-            err = _tail(stderr)
+            err = _redacted_output(_tail(stderr), event)
             raise ListenerFailed(
                 f"exec hook {command!r} ({event.event}) still running after "
                 f"{self.timeout_s:g} s; killed its process group"
@@ -278,7 +315,7 @@ class ExecHookListener:
         except BaseException:
             _kill_group(proc)  # interrupted while waiting: leave no orphan behind
             raise
-        err = _tail(stderr)
+        err = _redacted_output(_tail(stderr), event)
         if code != 0:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
             raise ListenerFailed(
@@ -292,7 +329,7 @@ class ExecHookListener:
                 "exec hook %r (%s) succeeded; stdout: %s; stderr: %s",
                 command,
                 event.event,
-                _tail(reader),
+                _redacted_output(_tail(reader), event),
                 err,
             )
 
@@ -374,6 +411,10 @@ class WebhookListener:
 
     With `release="per-resource"`, a `revoked` event becomes one POST per resource, up to
     `concurrency` at a time, each released on its 2xx (see the module's docstring).
+
+    Config values go only to an https or loopback URL (`webhook_gets_config_values`); to any
+    other, `assigned` and `reconfigured` events carry the configs' digests only, and the
+    constructor logs a warning saying so (once: the agent builds its listener once, at start).
     """
 
     def __init__(
@@ -397,7 +438,16 @@ class WebhookListener:
         self.headers: dict[str, str] = dict(headers or {})
         self.release: ReleaseMode = release
         self.concurrency = concurrency
+        #: Whether its events carry config values (else digests only).
+        self.config_values = webhook_gets_config_values(url)
         self._opener = urllib.request.build_opener(_NoRedirects())
+        if not self.config_values:
+            _log.warning(
+                "webhook %s is neither https nor a loopback address: its assigned and "
+                "reconfigured events carry the configs' digests, not their values (a worker "
+                "reads the values from the status endpoint's GET /assignment, from its own pod)",
+                _redacted(url),
+            )
 
     def __repr__(self) -> str:
         return (
@@ -412,6 +462,9 @@ class WebhookListener:
             self._post(event)
 
     def on_assigned(self, event: RebalanceEvent) -> None:
+        self._post(event)
+
+    def on_reconfigured(self, event: RebalanceEvent) -> None:
         self._post(event)
 
     def _post_each(self, event: RebalanceEvent) -> None:
@@ -453,7 +506,7 @@ class WebhookListener:
             where = f"webhook POST {_redacted(self.url)} (revoked {event.resources.describe()})"
         request = urllib.request.Request(
             self.url,
-            data=event_body(event, self.release),
+            data=event_body(event, self.release, config_values=self.config_values),
             method="POST",
             headers={**self.headers, "Content-Type": "application/json"},
         )
@@ -464,6 +517,7 @@ class WebhookListener:
         except urllib.error.HTTPError as exc:
             with exc:
                 body = exc.read(_TAIL_BYTES).decode("utf-8", errors="replace").strip()
+            body = _redacted_output(body, event)
             raise ListenerFailed(
                 f"{where} answered {exc.code} {exc.reason}" + (f": {body}" if body else ""),
                 status=exc.code,

@@ -17,6 +17,13 @@ batch). A retry after a failure is called with the unreleased remainder only.
 Fencing tokens (DESIGN 3.18): every event carries `fencing_tokens`, the token of each of its
 resources (on `assigned`, the tokens to pass with every write those resources make).
 
+Configs (DESIGN 3.20): `assigned` events carry `configs` ({connector: `ConnectorConfig`} for the
+connectors of their resources, a task's config being its connector's) and their target states;
+the agent calls `assigned` for a resource only once it has its connector's config. When the
+config of a connector the worker runs changes, the worker gets a `reconfigured` event of the same
+shape for the resources of that connector it runs (a listener's optional `on_reconfigured`; one
+without it is not called). `ConnectorConfig`'s repr leaves the values out: log digests only.
+
 Adapters: `CallbackListener` (Python callables, in-process), `CompositeListener` (several in
 order), and in `worker_agent.hooks` the exec hook and the webhook, which receive
 `RebalanceEvent.to_json()` (plus the hook's `release` mode).
@@ -27,20 +34,25 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Literal, Protocol, runtime_checkable
 
 from connect_protocol.resources import ResourceSet, TaskId
 from connect_protocol.tokens import NO_TOKENS, FencingTokens, Resource
 
+from .lifecycle import ConnectorConfig, configs_json, connectors_of, target_states_json
+
 __all__ = [
+    "CONFIG_EVENTS",
     "RELEASE_MODES",
     "CallbackListener",
     "CompositeListener",
     "EventKind",
     "ListenerFailed",
     "RebalanceEvent",
+    "ReconfigurableListener",
     "ReleaseMode",
     "Releaser",
     "WorkerRebalanceListener",
@@ -48,8 +60,11 @@ __all__ = [
     "dispatch",
 ]
 
-EventKind = Literal["revoked", "assigned"]
-_EVENT_KINDS: tuple[EventKind, ...] = ("revoked", "assigned")
+EventKind = Literal["revoked", "assigned", "reconfigured"]
+_EVENT_KINDS: tuple[EventKind, ...] = ("revoked", "assigned", "reconfigured")
+#: The events that carry `configs` and `target_states` (DESIGN 3.20).
+CONFIG_EVENTS: frozenset[str] = frozenset({"assigned", "reconfigured"})
+_NO_CONFIGS: Mapping[str, ConnectorConfig] = MappingProxyType({})
 
 #: How an out-of-process listener (exec hook, webhook) reports a revocation done: `batch`, the
 #: whole event at once when it succeeds (the default, DESIGN 2.3), or `per-resource`, each
@@ -81,10 +96,12 @@ def _as_resource_set(items: Iterable[Resource | ResourceSet]) -> ResourceSet:
 
 @dataclass(frozen=True)
 class RebalanceEvent:
-    """One listener call: what the worker must stop (`revoked`) or may start (`assigned`).
+    """One listener call: what the worker must stop (`revoked`), may start (`assigned`), or
+    must run with a new config (`reconfigured`).
 
     Attributes:
-        event: `"revoked"` (stop these, then return) or `"assigned"` (start these).
+        event: `"revoked"` (stop these, then return), `"assigned"` (start these) or
+            `"reconfigured"` (the config of these resources' connectors changed: apply it).
         group_id: the group.
         member_id: this worker's member id.
         member_epoch: for `revoked`, the epoch the member holds while it gives them up; for
@@ -95,6 +112,9 @@ class RebalanceEvent:
             `assigned`, the tokens to pass with every write these resources make to a system
             that checks them; for `revoked`, the tokens they ran under. Empty when the
             coordinator sent none.
+        configs: on `assigned` and `reconfigured`, the config of each connector of the
+            event's resources (DESIGN 3.20): its digest, values and target state. Empty on
+            `revoked`.
         releaser: set by the agent on `revoked` events; `release` calls it. Not part of the
             event's value (ignored by `==` and `repr`).
     """
@@ -106,6 +126,7 @@ class RebalanceEvent:
     connectors: tuple[str, ...] = ()
     tasks: tuple[TaskId, ...] = ()
     fencing_tokens: FencingTokens = NO_TOKENS
+    configs: Mapping[str, ConnectorConfig] = field(default_factory=lambda: _NO_CONFIGS)
     releaser: Releaser | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -123,9 +144,11 @@ class RebalanceEvent:
         member_epoch: int,
         fencing_tokens: FencingTokens = NO_TOKENS,
         releaser: Releaser | None = None,
+        configs: Mapping[str, ConnectorConfig] = _NO_CONFIGS,
     ) -> RebalanceEvent:
         """The event for `resources`, connectors and tasks sorted, with the tokens of those
-        resources among `fencing_tokens`."""
+        resources among `fencing_tokens` and the configs of their connectors among `configs`
+        (kept on `assigned` and `reconfigured` events only)."""
         return cls(
             event=event,
             group_id=group_id,
@@ -134,6 +157,7 @@ class RebalanceEvent:
             connectors=tuple(resources.sorted_connectors()),
             tasks=tuple(resources.sorted_tasks()),
             fencing_tokens=fencing_tokens.restricted(resources) if fencing_tokens else NO_TOKENS,
+            configs=_configs_of(event, resources, configs),
             releaser=releaser,
         )
 
@@ -179,17 +203,22 @@ class RebalanceEvent:
             fencing_tokens=self.fencing_tokens.restricted(kept)
             if self.fencing_tokens
             else NO_TOKENS,
+            configs=_configs_of(self.event, kept, self.configs),
         )
 
     def without_releaser(self) -> RebalanceEvent:
         """The same event whose `release` acknowledges nothing early."""
         return self if self.releaser is None else replace(self, releaser=None)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, *, config_values: bool = True) -> dict[str, object]:
         """DESIGN 2.3's object, what exec hooks and webhooks receive; lists sorted. Extended
         (never changed) by later decisions: `fencing_tokens` (DESIGN 3.18), shaped
-        `{"connectors": {name: token}, "tasks": [{"connector", "task", "token"}]}`."""
-        return {
+        `{"connectors": {name: token}, "tasks": [{"connector", "task", "token"}]}`; on
+        `assigned` and `reconfigured` events `configs` ({connector: {"digest", "config"}}) and
+        `target_states` ({connector: "STARTED"|"PAUSED"|"STOPPED"}) (DESIGN 3.20). With
+        `config_values` False the configs carry their digests only (a webhook that is neither
+        loopback nor https, a log line)."""
+        out: dict[str, object] = {
             "event": self.event,
             "group_id": self.group_id,
             "member_id": self.member_id,
@@ -198,6 +227,20 @@ class RebalanceEvent:
             "tasks": [{"connector": t.connector, "task": t.task} for t in sorted(self.tasks)],
             "fencing_tokens": self.fencing_tokens.to_json(),
         }
+        if self.event in CONFIG_EVENTS:
+            out["configs"] = configs_json(self.configs, values=config_values)
+            out["target_states"] = target_states_json(self.configs)
+        return out
+
+
+def _configs_of(
+    event: str, resources: ResourceSet, configs: Mapping[str, ConnectorConfig]
+) -> Mapping[str, ConnectorConfig]:
+    """The configs an event of kind `event` about `resources` carries."""
+    if event not in CONFIG_EVENTS or not configs:
+        return _NO_CONFIGS
+    names = connectors_of(resources)
+    return MappingProxyType({n: c for n, c in configs.items() if n in names})
 
 
 @runtime_checkable
@@ -216,7 +259,17 @@ class WorkerRebalanceListener(Protocol):
         """
 
     def on_assigned(self, event: RebalanceEvent) -> None:
-        """Start running `event`'s connectors and tasks."""
+        """Start running `event`'s connectors and tasks, with `event.configs`."""
+
+
+@runtime_checkable
+class ReconfigurableListener(Protocol):
+    """A listener that also applies config changes (DESIGN 3.20). Optional: the agent calls
+    `on_reconfigured` only on listeners that have it."""
+
+    def on_reconfigured(self, event: RebalanceEvent) -> None:
+        """The config of `event`'s resources' connectors changed (`event.configs`): apply it.
+        Called again with the same event after a failure, so it must be idempotent."""
 
 
 class ListenerFailed(Exception):
@@ -246,11 +299,16 @@ class ListenerFailed(Exception):
 
 
 def dispatch(listener: WorkerRebalanceListener, event: RebalanceEvent) -> None:
-    """Call `listener.on_revoked` or `listener.on_assigned`, whichever `event.event` names."""
+    """Call `listener.on_revoked`, `on_assigned` or `on_reconfigured`, whichever `event.event`
+    names (a listener without `on_reconfigured` is not called for `reconfigured`)."""
     if event.event == "revoked":
         listener.on_revoked(event)
-    else:
+    elif event.event == "assigned":
         listener.on_assigned(event)
+    else:
+        reconfigure = getattr(listener, "on_reconfigured", None)
+        if reconfigure is not None:
+            reconfigure(event)
 
 
 EventCallback = Callable[[RebalanceEvent], None]
@@ -260,10 +318,14 @@ class CallbackListener:
     """The in-process adapter: calls the given Python callables (a missing one does nothing)."""
 
     def __init__(
-        self, on_revoked: EventCallback | None = None, on_assigned: EventCallback | None = None
+        self,
+        on_revoked: EventCallback | None = None,
+        on_assigned: EventCallback | None = None,
+        on_reconfigured: EventCallback | None = None,
     ) -> None:
         self._on_revoked = on_revoked
         self._on_assigned = on_assigned
+        self._on_reconfigured = on_reconfigured
 
     def on_revoked(self, event: RebalanceEvent) -> None:
         if self._on_revoked is not None:
@@ -272,6 +334,10 @@ class CallbackListener:
     def on_assigned(self, event: RebalanceEvent) -> None:
         if self._on_assigned is not None:
             self._on_assigned(event)
+
+    def on_reconfigured(self, event: RebalanceEvent) -> None:
+        if self._on_reconfigured is not None:
+            self._on_reconfigured(event)
 
 
 class CompositeListener:
@@ -296,6 +362,10 @@ class CompositeListener:
     def on_assigned(self, event: RebalanceEvent) -> None:
         for listener in self.listeners:
             listener.on_assigned(event)
+
+    def on_reconfigured(self, event: RebalanceEvent) -> None:
+        for listener in self.listeners:
+            dispatch(listener, event)
 
 
 def call_with_retry(

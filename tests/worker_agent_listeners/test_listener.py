@@ -63,6 +63,8 @@ def test_event_json_sorts_even_when_built_unsorted() -> None:
         "connectors",
         "tasks",
         "fencing_tokens",
+        "configs",
+        "target_states",
     ]
     assert data["connectors"] == ["y", "z"]
     assert data["tasks"] == [{"connector": "y", "task": 0}, {"connector": "z", "task": 1}]
