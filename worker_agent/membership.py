@@ -30,6 +30,11 @@ Fencing tokens (DESIGN 3.18): the machine keeps the token of every resource it i
 runs (`tokens`), replaced by the tokens each new assignment carries and kept for resources an
 assignment without a token for them keeps; `StartWork` and `StopWork` carry their resources' tokens.
 
+Configs first (DESIGN 3.20): when the runtime sets `ready_connectors` (the connectors whose
+configs it has), a resource is started only once its connector is among them; the rest of the
+assignment waits (it is not reported as owned meanwhile). None, the default, starts everything
+at once.
+
 Times are milliseconds of a monotonic clock the runtime passes in.
 """
 
@@ -98,6 +103,17 @@ def with_fix(why: str, code: ErrorCode, fixes: Mapping[ErrorCode, str]) -> str:
     for a configuration error, what the operator should do."""
     fix = fixes.get(code)
     return f"{why} [configuration error: {fix}]" if fix else why
+
+
+def with_configs(resources: ResourceSet, ready: frozenset[str] | None) -> ResourceSet:
+    """Those of `resources` whose connector's config is among `ready` (None: all of them)."""
+    if ready is None or not resources:
+        return resources
+    connectors = resources.connectors & ready
+    tasks = frozenset(t for t in resources.tasks if t.connector in ready)
+    if len(connectors) == len(resources.connectors) and len(tasks) == len(resources.tasks):
+        return resources
+    return ResourceSet(connectors, tasks)
 
 
 class Phase(enum.Enum):
@@ -201,6 +217,9 @@ class Membership:
     #: configuration error: see `with_fix`).
     fatal: str | None = None
     notices: list[Notice] = field(default_factory=list)
+    #: The connectors whose configs the worker has (DESIGN 3.20): only their resources are
+    #: started. None: no such gate.
+    ready_connectors: frozenset[str] | None = None
 
     _next_heartbeat_ms: int = 0
     _in_flight: HeartbeatRequest | None = None
@@ -439,7 +458,7 @@ class Membership:
             return EMPTY
         if self._eager_restart:
             return EMPTY
-        return self.assigned - self.running
+        return with_configs(self.assigned - self.running, self.ready_connectors)
 
     def fence_deadline_ms(self) -> int | None:
         """When the agent fences itself unless a heartbeat succeeds first (None: not a member

@@ -81,6 +81,10 @@ The rules, each with what it follows:
   everything (heartbeating meanwhile), then one LeaveGroup if the worker has a member id and the
   coordinator is known; its answer or failure ends it.
 
+- Configs first (DESIGN 3.20): as in connect mode (`membership.with_configs`), a resource is
+  started only once its connector is among `ready_connectors` (when the runtime sets it); the
+  rejoin after a revocation still waits for the whole assignment to have started.
+
 Times are milliseconds of a monotonic clock the runtime passes in.
 """
 
@@ -108,7 +112,7 @@ from connect_protocol.errors import ErrorCode
 from connect_protocol.resources import EMPTY, ResourceSet
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
-from ..membership import FindCoordinator, Notice, StartWork, StopWork, with_fix
+from ..membership import FindCoordinator, Notice, StartWork, StopWork, with_configs, with_fix
 from .leader import ClassicLeader
 from .values import DEFAULT_SCHEDULED_REBALANCE_MAX_DELAY_MS
 
@@ -322,6 +326,9 @@ class ClassicMembership:
     unreachable_revokes: int = 0
     leader: ClassicLeader = field(init=False)
     notices: list[Notice] = field(default_factory=list)
+    #: The connectors whose configs the worker has (DESIGN 3.20): only their resources are
+    #: started. None: no such gate.
+    ready_connectors: frozenset[str] | None = None
 
     _rejoin_needed: bool = True
     _rejoin_reason: str = "joining"
@@ -824,7 +831,7 @@ class ClassicMembership:
         if not self._rejoin_after_work or self.phase is not ClassicPhase.STABLE:
             return
         settled = self._stopping is None and self._starting is None
-        if settled and not self._to_stop() and not self._to_start():
+        if settled and not self._to_stop() and not self._unstarted():
             self._rejoin_after_work = False
             self._request_rejoin("work was revoked")
 
@@ -848,12 +855,16 @@ class ClassicMembership:
             return "eager rebalance"
         return "revoked"
 
-    def _to_start(self) -> ResourceSet:
+    def _unstarted(self) -> ResourceSet:
+        """What the worker is to start once it has the configs."""
         if self.phase is not ClassicPhase.STABLE or self.snapshot is None:
             return EMPTY
         if self._eager_revoked or self.running - self.snapshot:
             return EMPTY
         return self.snapshot - self.running
+
+    def _to_start(self) -> ResourceSet:
+        return with_configs(self._unstarted(), self.ready_connectors)
 
     def _group_call_due(self) -> SendJoinGroup | SendSyncGroup | None:
         if self._group_call is not None or self._coordinator_unknown_since is not None:
