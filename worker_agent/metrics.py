@@ -52,7 +52,7 @@ LEAVE_OUTCOMES = (
     "not_member",  # nothing to leave: never joined, or its membership was lost
     "fatal",  # stopped by a fatal error (FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, ...)
 )
-EVENTS = ("revoked", "assigned")
+EVENTS = ("revoked", "assigned", "reconfigured")
 #: Why a StopWork stops what it stops (the machine's reasons).
 STOP_REASONS = ("revoked", "membership lost", "leaving", "eager rebalance", "fatal error")
 #: The connect machine's phases, then the classic machine's own (`classic.membership`).

@@ -12,6 +12,15 @@ A revoked event carries a releaser: the listener's `event.release(...)` (from an
 resources stopped while the rest of the batch is still stopping; the machine acknowledges them at
 once (DESIGN 3.11, partial release), and a retry after a failure is called with the unreleased
 remainder only.
+
+The connector lifecycle (DESIGN 3.20) runs on a thread of its own (`control.ControlPlane`): it
+fetches configs after every join and whenever an answer's lifecycle revision moved, and reports
+statuses. The machines start a resource only once its connector's config has come
+(`ready_connectors`); `assigned` events carry the configs, a changed config of a running
+resource is a `reconfigured` call (on the listener thread, in order with the others), a failed
+`assigned` call reports its resources FAILED with the hook's output and a successful one RUNNING
+(PAUSED, STOPPED as targeted). A worker reports later changes with `report_status` (the status
+endpoint's POST /status calls it).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import functools
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +38,7 @@ from typing import Any, Protocol
 from connect_protocol import logs
 from connect_protocol import wire as protocol_wire
 from connect_protocol.errors import ErrorCode
+from connect_protocol.lifecycle_messages import ReportedState
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
 from connect_protocol.messages import (
     LEAVE_EPOCH,
@@ -37,12 +48,21 @@ from connect_protocol.messages import (
 )
 from connect_protocol.resources import ResourceSet
 from connect_protocol.tls import ClientTls
-from connect_protocol.tokens import FencingTokens
+from connect_protocol.tokens import FencingTokens, Resource
 
 from .assigning import AssignmentComputation
 from .assignor import ConnectAssignor
+from .control import CallIdentity, ControlPlane
+from .lifecycle import (
+    ConfigChanges,
+    ResourceNotHeld,
+    connectors_of,
+    parse_status_report,
+    resource_name,
+)
 from .listener import (
     EventKind,
+    ListenerFailed,
     RebalanceEvent,
     Releaser,
     WorkerRebalanceListener,
@@ -153,6 +173,12 @@ class WorkMachine(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    @property
+    def owned(self) -> ResourceSet: ...
+
+    #: The connectors whose configs the worker has: only their resources are started.
+    ready_connectors: frozenset[str] | None
+
     def poll(self, now_ms: int) -> Sequence[Any]: ...
 
     def next_wakeup_ms(self) -> int: ...
@@ -222,6 +248,13 @@ class AgentBase:
         self._leave_deadline: float | None = None
         self._gave_up_leaving = False
         self._left = threading.Event()  # run() has returned
+        #: The connector lifecycle's calls (DESIGN 3.20); nothing starts before its configs.
+        self.control = ControlPlane(
+            self, self._transport, settings.group_id, self._call_timeout_s, clock=time.monotonic
+        )
+        self.machine.ready_connectors = frozenset()
+        if status is not None:
+            status.set_report_handler(self._status_post)
 
     def _make_machine(self) -> WorkMachine:
         raise NotImplementedError
@@ -286,11 +319,13 @@ class AgentBase:
 
     def run(self) -> None:
         log.info("agent starting: %s", self._start_line())
+        self.control.start()
         try:
             self._loop()
             self.metrics.leaves.inc(self._leave_outcome())
         finally:
             self._work.shutdown(wait=True, cancel_futures=False)
+            self.control.close()
             self._shutdown()
             self._transport.close()
             if self.status is not None:
@@ -410,6 +445,8 @@ class AgentBase:
             if calls:
                 self.metrics.listener_retries.inc(kind)
             calls += 1
+            # Read at each attempt: a config that changed meanwhile goes with the retry.
+            configs = self.control.configs_for(remaining) if kind == "assigned" else {}
             try:
                 dispatch(
                     self.listener,
@@ -421,12 +458,17 @@ class AgentBase:
                         member_epoch=action.member_epoch,
                         fencing_tokens=action.tokens,
                         releaser=releaser,
+                        configs=configs,
                     ),
                 )
-            except Exception:
+            except Exception as exc:
                 self.metrics.listener_calls.inc(kind, "failed")
+                if kind == "assigned":
+                    self.control.start_failed(remaining, action.tokens, failure_trace(exc))
                 raise
             self.metrics.listener_calls.inc(kind, "ok")
+            if kind == "assigned":
+                self.control.started(remaining, configs, action.tokens)
 
         if isinstance(action, StopWork):
             log.info("stopping (%s): %s", action.reason, describe_resources(action.resources))
@@ -444,6 +486,7 @@ class AgentBase:
             return
         if isinstance(action, StopWork):
             self.metrics.revocations.observe(time.monotonic() - decided_at, action.reason)
+            self.control.stopped(action.resources)
         with self._lock:
             batch.finished = True
             now = self._clock_ms()
@@ -452,9 +495,18 @@ class AgentBase:
             else:
                 self.machine.work_started(action.resources, now)
             epoch, running, tokens = self.machine.epoch, self.machine.running, self.machine.tokens
-        if self.status is not None:
-            self.status.update(epoch, running, tokens)
+        self._show(epoch, running, tokens)
         self._wake.set()
+        if isinstance(action, StartWork) and self.control.stale(action.resources):
+            # A config changed while they started with an older one.
+            self._work.submit(self._reconfigure)
+
+    def _show(self, epoch: int, running: ResourceSet, tokens: FencingTokens) -> None:
+        """What the worker runs now, on the status endpoint with its configs; and the tokens
+        its statuses are reported under."""
+        self.control.retoken(tokens)
+        if self.status is not None:
+            self.status.update(epoch, running, tokens, configs=self.control.configs_for(running))
 
     def _event_member_id(self) -> str:
         """The member id listener events name (with the lock held): the one the work is held
@@ -473,6 +525,7 @@ class AgentBase:
             left = len(batch.remaining)
             acknowledged = self.machine.work_released(fresh, self._clock_ms())
             epoch, running, tokens = self.machine.epoch, self.machine.running, self.machine.tokens
+        self.control.stopped(fresh)
         extra = logs.fields(
             event="partial_release",
             released=list(fresh.names()),
@@ -500,9 +553,155 @@ class AgentBase:
                 extra=extra,
             )
         if acknowledged:
-            if self.status is not None:
-                self.status.update(epoch, running, tokens)
+            self._show(epoch, running, tokens)
             self._wake.set()
+
+    # --- the connector lifecycle (DESIGN 3.20) --------------------------------------------
+
+    def _lifecycle_identity(self) -> CallIdentity:
+        with self._lock:
+            m = self.machine
+            return CallIdentity(self._member_id(), int(m.epoch), m.ready, self._interval_ms())
+
+    def _interval_ms(self) -> int:
+        """The heartbeat interval in force (with the lock held)."""
+        raise NotImplementedError
+
+    def _held(self) -> ResourceSet:
+        """What the worker holds or is to start (with the lock held)."""
+        raise NotImplementedError
+
+    def _lifecycle_keep(self) -> frozenset[str]:
+        with self._lock:
+            return connectors_of(self.machine.owned)
+
+    def _configs_changed(self, changes: ConfigChanges | None, current: bool) -> None:
+        """A ConnectGroupConfigs answer arrived (None: the coordinator serves none): open the
+        start gate to the connectors it confirmed, tell the worker of changed configs, show
+        them."""
+        with self._lock:
+            if changes is None:
+                self.machine.ready_connectors = None
+            elif current:
+                self.machine.ready_connectors = changes.confirmed
+            m = self.machine
+            ready, running = m.ready, m.running
+        self._wake.set()
+        if changes is not None and changes.reconfigured and self.control.stale(running):
+            self._work.submit(self._reconfigure)
+        if self.status is not None and ready:
+            self.status.set_configs(self.control.configs_for(running))
+
+    def _reconfigure(self) -> None:
+        """On the listener thread: call `reconfigured` for the running resources whose config
+        changed since they were started (or last reconfigured), until it succeeds."""
+        with self._lock:
+            running = self.machine.running
+            member_id = self._event_member_id()
+        stale = self.control.stale(running)
+        if not stale:
+            return
+        calls = 0
+
+        def attempt() -> None:
+            nonlocal calls
+            with self._lock:
+                now_running, epoch, tokens = (
+                    self.machine.running,
+                    self.machine.epoch,
+                    self.machine.tokens,
+                )
+            resources = stale & now_running
+            if not resources:
+                return
+            if calls:
+                self.metrics.listener_retries.inc("reconfigured")
+            calls += 1
+            configs = self.control.configs_for(resources)
+            try:
+                dispatch(
+                    self.listener,
+                    RebalanceEvent.from_resources(
+                        "reconfigured",
+                        resources,
+                        group_id=self.settings.group_id,
+                        member_id=member_id,
+                        member_epoch=epoch,
+                        fencing_tokens=tokens,
+                        configs=configs,
+                    ),
+                )
+            except Exception:
+                self.metrics.listener_calls.inc("reconfigured", "failed")
+                raise
+            self.metrics.listener_calls.inc("reconfigured", "ok")
+            self.control.reconfigured(resources, configs)
+
+        log.info(
+            "reconfiguring %s: %s",
+            describe_resources(stale),
+            self.control.cache_description(connectors_of(stale)),
+        )
+        call_with_retry(
+            attempt,
+            what="listener on_reconfigured",
+            stop=self._abandon,
+            initial_backoff_s=self.settings.listener_initial_backoff_s,
+            max_backoff_s=self.settings.listener_max_backoff_s,
+            log=log,
+        )
+
+    def report_status(
+        self, resource: Resource, state: ReportedState | str, trace: str = ""
+    ) -> None:
+        """The worker reports a status of a resource it runs (DESIGN 3.20), e.g. a task that
+        failed after it started: sent to the coordinator with the next report (changes only,
+        at most one report per heartbeat interval), under the resource's fencing token.
+
+        Raises:
+            ValueError: not a state a worker reports (RUNNING, PAUSED, FAILED, STOPPED; STOPPED
+                for connectors only).
+            ResourceNotHeld: the worker does not run it (`status` 404), or it is assigned but
+                not started yet, or has no fencing token (409).
+        """
+        connector = resource if isinstance(resource, str) else resource.connector
+        body: dict[str, object] = {
+            "connector": connector,
+            "state": state.value if isinstance(state, ReportedState) else state,
+            "trace": trace,
+        }
+        if not isinstance(resource, str):
+            body["task"] = resource.task
+        self._report(body)
+
+    def _report(self, body: object) -> tuple[Resource, ReportedState]:
+        resource, state, trace = parse_status_report(body)
+        with self._lock:
+            running, held, tokens = self.machine.running, self._held(), self.machine.tokens
+        name = resource_name(resource)
+        if not _holds(held, resource) and not _holds(running, resource):
+            raise ResourceNotHeld(f"{name} is not held by this worker", 404)
+        if not _holds(running, resource):
+            raise ResourceNotHeld(
+                f"{name} is assigned to this worker but not started yet: report its status "
+                "once it has been started (the agent reports the outcome of its start itself)",
+                409,
+            )
+        token = tokens.get(resource)
+        if token is None:
+            raise ResourceNotHeld(f"{name} has no fencing token: no status can be reported", 409)
+        self.control.report(resource, state, trace, token)
+        return resource, state
+
+    def _status_post(self, body: object) -> tuple[int, dict[str, object]]:
+        """The status endpoint's POST /status."""
+        try:
+            resource, state = self._report(body)
+        except ValueError as error:
+            return 400, {"error": str(error)}
+        except ResourceNotHeld as error:
+            return error.status, {"error": str(error)}
+        return 202, {"accepted": True, "resource": resource_name(resource), "state": state.value}
 
     # --- metrics ---------------------------------------------------------------------------
 
@@ -613,6 +812,12 @@ class Agent(AgentBase):
     def _left_group(self) -> bool:
         return self.machine.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH)
 
+    def _interval_ms(self) -> int:
+        return self.machine.heartbeat_interval_ms
+
+    def _held(self) -> ResourceSet:
+        return self.machine.assigned | self.machine.owned
+
     # --- heartbeats ------------------------------------------------------------------------
 
     def _heartbeat(self, request: HeartbeatRequest) -> None:
@@ -636,25 +841,24 @@ class Agent(AgentBase):
             self.metrics.heartbeat_errors.inc(code.name)
             if code in REJOIN_ERRORS or code is ErrorCode.FENCED_INSTANCE_ID:
                 self.metrics.self_fenced.inc(code.name)  # the machine stops everything
+        answered = code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT)
         with self._lock:
             before = self.machine.assigned
+            was_member = self.machine.phase is Phase.MEMBER
             self.machine.on_heartbeat_response(response, self._clock_ms())
             after, epoch, ready = self.machine.assigned, self.machine.epoch, self.machine.ready
+            if answered and not was_member and self.machine.phase is Phase.MEMBER:
+                # Joined: nothing starts before the configs fetched after the join.
+                self.machine.ready_connectors = self.control.joined()
+        if answered:
+            self.control.saw_revision(response.lifecycle_revision)
         if response.assignment is not None and after != before:
             log.info("assignment at epoch %d: %s", epoch, describe_resources(after))
             self._on_assignment(after)
-        if (
-            self.status is not None
-            and ready
-            and response.error_code
-            in (
-                ErrorCode.NONE,
-                ErrorCode.COMPUTE_ASSIGNMENT,
-            )
-        ):
+        if ready and answered:
             with self._lock:
                 running, tokens = self.machine.running, self.machine.tokens
-            self.status.update(epoch, running, tokens)
+            self._show(epoch, running, tokens)
 
     def _on_assignment(self, assignment: ResourceSet) -> None:
         for assignor in self.settings.assignors:
@@ -682,6 +886,20 @@ class _Batch:
     def __init__(self, resources: ResourceSet) -> None:
         self.remaining = resources
         self.finished = False
+
+
+def _holds(resources: ResourceSet, resource: Resource) -> bool:
+    if isinstance(resource, str):
+        return resource in resources.connectors
+    return resource in resources.tasks
+
+
+def failure_trace(error: BaseException) -> str:
+    """A failed listener call as a status trace: a hook's or webhook's own account of it (its
+    exit status or HTTP status, and its output), else the exception's traceback."""
+    if isinstance(error, ListenerFailed):
+        return str(error)
+    return "".join(traceback.format_exception(error)).strip()
 
 
 def describe_resources(resources: ResourceSet) -> str:

@@ -37,6 +37,8 @@ log = logging.getLogger("worker_agent")
 HEARTBEAT = "ConnectGroupHeartbeat"
 PREPARE_ASSIGNMENT = "ConnectGroupPrepareAssignment"
 INSTALL_ASSIGNMENT = "ConnectGroupInstallAssignment"
+CONFIGS = "ConnectGroupConfigs"
+REPORT_STATUS = "ConnectGroupReportStatus"
 FIND_COORDINATOR = "FindCoordinator"
 JOIN_GROUP = "JoinGroup"
 SYNC_GROUP = "SyncGroup"
@@ -230,6 +232,24 @@ class Transport:
             lambda c: c.coordinator.ConnectGroupInstallAssignment,
             request,
             timeout_s,
+        )
+        return answer
+
+    # --- the connector lifecycle (DESIGN 3.20) ----------------------------------------------
+
+    def configs(
+        self, request: coordinator_pb2.ConnectGroupConfigsRequest, timeout_s: float
+    ) -> coordinator_pb2.ConnectGroupConfigsResponse:
+        answer: coordinator_pb2.ConnectGroupConfigsResponse = self._call(
+            CONFIGS, lambda c: c.coordinator.ConnectGroupConfigs, request, timeout_s
+        )
+        return answer
+
+    def report_status(
+        self, request: coordinator_pb2.ConnectGroupReportStatusRequest, timeout_s: float
+    ) -> coordinator_pb2.ConnectGroupReportStatusResponse:
+        answer: coordinator_pb2.ConnectGroupReportStatusResponse = self._call(
+            REPORT_STATUS, lambda c: c.coordinator.ConnectGroupReportStatus, request, timeout_s
         )
         return answer
 

@@ -186,11 +186,17 @@ class ClassicAgent(AgentBase):
                     classic_wire.sync_request_to_wire(action.request), timeout_s
                 )
                 sync_answer = classic_wire.sync_response_from_wire(sync)
+                synced = sync_answer.error_code is ErrorCode.NONE
                 with self._lock:
                     before = self.machine.snapshot
                     self.machine.on_sync_response(sync_answer, self._clock_ms())
                     after, generation = self.machine.snapshot, self.machine.generation
-                if sync_answer.error_code is ErrorCode.NONE:
+                    if synced and before is None and after is not None:
+                        # Joined (first, or after a fence or a reset): nothing starts before
+                        # the configs fetched after the join (DESIGN 3.20).
+                        self.machine.ready_connectors = self.control.joined()
+                if synced:
+                    self.control.saw_revision(sync_answer.lifecycle_revision)
                     self._on_synced(before, after, generation)
         except TransportError as error:
             with self._lock:
@@ -233,6 +239,7 @@ class ClassicAgent(AgentBase):
         with self._lock:
             self.machine.on_heartbeat_response(response, self._clock_ms())
         if code is ErrorCode.NONE:
+            self.control.saw_revision(response.lifecycle_revision)
             self._update_status()
 
     def _leave_group(self, action: SendLeaveGroup) -> None:
@@ -254,15 +261,19 @@ class ClassicAgent(AgentBase):
 
     def _update_status(self) -> None:
         """Show the generation, what runs and the member id on the status endpoint, while the
-        worker runs its generation's assignment."""
-        if self.status is None:
-            return
+        worker runs its generation's assignment (and the tokens statuses are reported under)."""
         with self._lock:
             m = self.machine
             if not m.ready:
                 return
             generation, running, tokens, member_id = m.epoch, m.running, m.tokens, m.member_id
-        if member_id != self._shown_member_id:
+        if self.status is not None and member_id != self._shown_member_id:
             self._shown_member_id = member_id
             self.status.member_id = member_id
-        self.status.update(generation, running, tokens)
+        self._show(generation, running, tokens)
+
+    def _interval_ms(self) -> int:
+        return self.machine.config.heartbeat_interval_ms
+
+    def _held(self) -> ResourceSet:
+        return (self.machine.snapshot or ResourceSet()) | self.machine.owned
