@@ -199,9 +199,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--exec-hook",
         default=_env("EXEC_HOOK", None),
-        help="command run on every revocation and assignment, the event as JSON on stdin "
-        '(DESIGN 2.3\'s object plus "fencing_tokens" and "release"); exit 0 = done '
-        "(WORKER_AGENT_EXEC_HOOK)",
+        help="command run on every revocation, assignment and config change, the event as "
+        'JSON on stdin (DESIGN 2.3\'s object plus "fencing_tokens" and "release"; assigned and '
+        'reconfigured events carry "configs", {connector: {"digest", "config"}}, with the '
+        'values, and "target_states"); exit 0 = done. A failing assigned call is retried, and '
+        "its resources are reported FAILED with its output (the coordinator's status) until "
+        "a retry succeeds (WORKER_AGENT_EXEC_HOOK)",
     )
     run.add_argument(
         "--hook-timeout-s",
@@ -213,8 +216,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--webhook",
         default=_env("WEBHOOK", None),
-        help="URL POSTed the event as JSON on every revocation and assignment; 2xx = done "
-        "(WORKER_AGENT_WEBHOOK)",
+        help="URL POSTed the event as JSON on every revocation, assignment and config change; "
+        "2xx = done. Config values only to an https or loopback URL, else digests only (a "
+        "warning at start says so) (WORKER_AGENT_WEBHOOK)",
     )
     run.add_argument(
         "--release",
@@ -241,8 +245,12 @@ def _parser() -> argparse.ArgumentParser:
         "--status-port",
         type=int,
         default=_env("STATUS_PORT", None),
-        help="serve the worker's status (GET /assignment, /ready, /healthz, /watch) on this "
-        "port; 0 picks a free one (WORKER_AGENT_STATUS_PORT; default: not served)",
+        help="serve the worker's status (GET /assignment, /ready, /healthz, /watch; POST "
+        "/leave, and POST /status for the worker to report a resource's state, e.g. "
+        '{"connector": "c", "task": 0, "state": "FAILED", "trace": "..."}) on this port; 0 '
+        "picks a free one. Config values in /assignment and /watch, and the POSTs, only for "
+        "callers in the same pod that send 'X-Worker-Agent: <endpoint>'; others see digests "
+        "(WORKER_AGENT_STATUS_PORT; default: not served)",
     )
     run.add_argument(
         "--status-host",
@@ -311,7 +319,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _log_only(event: RebalanceEvent) -> None:
-    log.info("%s: %s", event.event, event.to_json())
+    # Config values never reach a log line (DESIGN 3.20): digests only.
+    log.info("%s: %s", event.event, event.to_json(config_values=False))
 
 
 def build_listener(args: argparse.Namespace) -> WorkerRebalanceListener:
@@ -332,7 +341,9 @@ def build_listener(args: argparse.Namespace) -> WorkerRebalanceListener:
             )
         )
     if not listeners:
-        return CallbackListener(on_revoked=_log_only, on_assigned=_log_only)
+        return CallbackListener(
+            on_revoked=_log_only, on_assigned=_log_only, on_reconfigured=_log_only
+        )
     return listeners[0] if len(listeners) == 1 else CompositeListener(listeners)
 
 

@@ -95,6 +95,8 @@ def test_before_the_first_update_it_is_alive_but_not_ready(server: StatusServer)
             "connectors": [],
             "tasks": [],
             "fencing_tokens": {"connectors": {}, "tasks": []},
+            "configs": {},
+            "target_states": {},
             "ready": False,
         },
     )
@@ -114,6 +116,8 @@ def test_the_first_update_even_empty_makes_it_ready(server: StatusServer) -> Non
         "connectors": [],
         "tasks": [],
         "fencing_tokens": {"connectors": {}, "tasks": []},
+        "configs": {},
+        "target_states": {},
         "ready": True,
     }
 
@@ -133,6 +137,8 @@ def test_assignment_is_served_in_the_contract_shape_sorted(server: StatusServer)
                 {"connector": "b", "task": 0},
             ],
             "fencing_tokens": {"connectors": {}, "tasks": []},
+            "configs": {},
+            "target_states": {},
             "ready": True,
         },
     )

@@ -46,6 +46,8 @@ def test_assignment_serves_the_token_of_each_resource_listed(server: StatusServe
         "connectors": ["a", "b"],
         "tasks": [{"connector": "a", "task": 1}, {"connector": "b", "task": 0}],
         "fencing_tokens": TOKENS_JSON,
+        "configs": {},
+        "target_states": {},
         "ready": True,
     }
 
