@@ -96,6 +96,8 @@ class HookRecord:
     t_start: float
     t_end: float
     incarnation: str = ""
+    #: The event's configs ({connector: {"digest", "config"?}}; None: it carried none).
+    configs: dict[str, Any] | None = field(default=None, compare=False)
 
     @staticmethod
     def parse(line: str, incarnation: str) -> HookRecord:
@@ -109,6 +111,7 @@ class HookRecord:
             t_start=float(raw["t_start"]),
             t_end=float(raw["t_end"]),
             incarnation=incarnation,
+            configs=raw.get("configs"),
         )
 
 
@@ -168,7 +171,11 @@ class AgentProcess:
         rebalance_timeout_ms: int = 10_000,
         rpc_timeout_s: float | None = None,
         explicit_member_id: bool = True,
+        fail_file: Path | None = None,
+        log_level: str = "INFO",
     ) -> None:
+        """`fail_file`: the recording hook's FAIL_FILE (`record_hook.py`); `log_level`: the
+        agent's --log-level."""
         self.member_id = member_id  # the label; also the member id if `explicit_member_id`
         self.explicit_member_id = explicit_member_id
         self.coordinator = coordinator
@@ -180,6 +187,8 @@ class AgentProcess:
         self.instance_id = instance_id
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.rpc_timeout_s = rpc_timeout_s
+        self.fail_file = fail_file
+        self.log_level = log_level
         self.incarnations: list[Incarnation] = []
         workdir.mkdir(parents=True, exist_ok=True)
 
@@ -197,6 +206,7 @@ class AgentProcess:
     def command(self, hook_file: Path) -> list[str]:
         hook = shlex.join(
             [sys.executable, "-S", str(HOOK_SCRIPT), str(hook_file), f"{self.hook_sleep_s:g}"]
+            + ([str(self.fail_file)] if self.fail_file is not None else [])
         )
         args = [
             sys.executable,
@@ -219,7 +229,7 @@ class AgentProcess:
             "--log-format",
             "text",
             "--log-level",
-            "INFO",
+            self.log_level,
         ]
         if self.rpc_timeout_s is not None:
             args += ["--rpc-timeout-s", f"{self.rpc_timeout_s:g}"]
@@ -372,6 +382,8 @@ def intervals_of(
                     problems.append(f"{runner}: {r} assigned again while running: {rec}")
                     continue
                 running[r] = rec
+        elif rec.event == "reconfigured":
+            continue  # runs nothing new, stops nothing (DESIGN 3.20)
         elif rec.event == "revoked":
             for r in sorted(rec.resources):
                 began = running.pop(r, None)
@@ -560,9 +572,11 @@ class Fleet:
 
     # --- admin -----------------------------------------------------------------------------
 
-    def put_connector(self, name: str, tasks: int) -> Any:
+    def put_connector(self, name: str, tasks: int, config: Mapping[str, str] | None = None) -> Any:
         resp = self.stubs.admin.PutConnector(
-            admin_pb2.PutConnectorRequest(group_id=self.group, connector=name, task_count=tasks),
+            admin_pb2.PutConnectorRequest(
+                group_id=self.group, connector=name, task_count=tasks, config=config or {}
+            ),
             timeout=10,
         )
         assert resp.error_code == 0, resp

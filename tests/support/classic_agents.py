@@ -51,7 +51,7 @@ from tests.support.pgcluster import create_database, drop_database
 from worker_agent.assignors import assignors_for_protocol
 from worker_agent.classic.membership import ClassicPhase
 from worker_agent.classic.runtime import ClassicAgent
-from worker_agent.listener import CallbackListener, RebalanceEvent
+from worker_agent.listener import CallbackListener, ListenerFailed, RebalanceEvent
 from worker_agent.runtime import Agent, AgentSettings
 from worker_agent.transport import Transport, TransportError
 
@@ -176,6 +176,9 @@ class ClassicWorker:
     #: for the next such call only.
     slow: dict[str, float] = field(default_factory=dict)
     slow_once: dict[str, float] = field(default_factory=dict)
+    #: Connector -> why: an `assigned` call with a resource of it fails (`ListenerFailed`, as a
+    #: failing exec hook would, with the reason as its standard error) while it is listed.
+    fail_start: dict[str, str] = field(default_factory=dict)
 
     @property
     def member_id(self) -> str:
@@ -274,12 +277,20 @@ class ClassicFleet:
 
     # --- workers -----------------------------------------------------------------------------
 
-    def start(self, label: str, group_protocol: str = "classic", **overrides: Any) -> ClassicWorker:
+    def start(
+        self,
+        label: str,
+        group_protocol: str = "classic",
+        coordinator: str | None = None,
+        **overrides: Any,
+    ) -> ClassicWorker:
         """Start a new incarnation of worker `label` (a new member: classic has no static
         membership, and a connect incarnation's member id is its own, e.g. `W1-5`).
         `group_protocol`: "classic" (a `ClassicAgent`) or "connect" (an `Agent` advertising
-        `assignors_for_protocol(protocol)`, eager if the protocol is). `overrides`: AgentSettings
-        fields (e.g. protocol)."""
+        `assignors_for_protocol(protocol)`, eager if the protocol is). `coordinator`: the
+        address it calls (default the fleet's; e.g. a TCP proxy's). `overrides`: AgentSettings
+        fields (e.g. protocol). Its listener records `reconfigured` events too, with their
+        configs (DESIGN 3.20)."""
         n = next(self._seq)
         incarnation = f"{label}#{n}"
         protocol = overrides.pop("protocol", self.protocol)
@@ -291,10 +302,11 @@ class ClassicFleet:
             member_id, assignors = label, ()
         else:
             raise ValueError(f"unknown group protocol {group_protocol!r}")
+        address = coordinator or self.coordinator
         settings = AgentSettings(
             group_id=self.group,
             member_id=member_id,
-            coordinators=(self.coordinator,),
+            coordinators=(address,),
             assignors=assignors,
             group_protocol=group_protocol,
             protocol=protocol,
@@ -309,7 +321,7 @@ class ClassicFleet:
             leave_timeout_s=2.0,
             **overrides,
         )
-        transport = KillableTransport((self.coordinator,), settings.max_message_bytes)
+        transport = KillableTransport((address,), settings.max_message_bytes)
         holder: dict[str, ClassicWorker] = {}
 
         def record(kind: str) -> Callable[[RebalanceEvent], None]:
@@ -318,6 +330,18 @@ class ClassicFleet:
                 if worker.transport.dead:
                     return  # a killed process runs no listener: its records end at the kill
                 t_start = time.monotonic()
+                if kind == "assigned":
+                    held = set(event.connectors) | {t.connector for t in event.tasks}
+                    failing = sorted(held & set(worker.fail_start))
+                    if failing:
+                        why = "; ".join(
+                            f"cannot start {c}: {worker.fail_start[c]}" for c in failing
+                        )
+                        raise ListenerFailed(
+                            f"{label}'s start of {', '.join(failing)} failed; stderr: {why}",
+                            exit_code=1,
+                            stderr_tail=why,
+                        )
                 extra = worker.slow_once.pop(kind, 0.0) or worker.slow.get(kind, 0.0)
                 if extra:
                     time.sleep(extra)
@@ -330,12 +354,21 @@ class ClassicFleet:
                         t_start=t_start,
                         t_end=time.monotonic(),
                         incarnation=incarnation,
+                        configs=(
+                            event.to_json()["configs"]  # type: ignore[arg-type]
+                            if kind != "revoked"
+                            else None
+                        ),
                     )
                 )
 
             return call
 
-        listener = CallbackListener(on_revoked=record("revoked"), on_assigned=record("assigned"))
+        listener = CallbackListener(
+            on_revoked=record("revoked"),
+            on_assigned=record("assigned"),
+            on_reconfigured=record("reconfigured"),
+        )
         kind = ClassicAgent if group_protocol == "classic" else Agent
         agent = kind(settings, listener, transport=transport)
         thread = threading.Thread(
@@ -368,9 +401,11 @@ class ClassicFleet:
 
     # --- admin -------------------------------------------------------------------------------
 
-    def put_connector(self, name: str, tasks: int) -> None:
+    def put_connector(self, name: str, tasks: int, config: Mapping[str, str] | None = None) -> None:
         resp = self.stubs.admin.PutConnector(
-            admin_pb2.PutConnectorRequest(group_id=self.group, connector=name, task_count=tasks),
+            admin_pb2.PutConnectorRequest(
+                group_id=self.group, connector=name, task_count=tasks, config=config or {}
+            ),
             timeout=10,
         )
         assert resp.error_code == 0, resp

@@ -1,12 +1,17 @@
 """The exec hook the end-to-end tests give `worker-agent run --exec-hook`.
 
-    python record_hook.py OUT.jsonl [SLEEP_S]
+    python record_hook.py OUT.jsonl [SLEEP_S [FAIL_FILE]]
 
 Reads the agent's event (one JSON object on standard input, DESIGN 2.3), optionally sleeps
 `SLEEP_S` seconds to emulate the cost of starting or stopping connectors and tasks, then appends
 one line to `OUT.jsonl`:
 
-    {"worker", "event", "member_epoch", "connectors", "tasks", "t_start", "t_end"}
+    {"worker", "event", "member_epoch", "connectors", "tasks", "t_start", "t_end", "configs"}
+
+`configs` is the event's (DESIGN 3.20: {connector: {"digest", "config"}} on `assigned` and
+`reconfigured` events), or absent. While `FAIL_FILE` exists, an `assigned` event of a connector
+its first line names (names separated by spaces) fails: the hook writes `cannot start <names>:
+<the file's second line>` to standard error, records nothing and exits 1.
 
 `tasks` are `[connector, task]` pairs; `t_start` and `t_end` are `time.time()` when the call began
 (the event was read) and when the work was done (just before the line is written), so a resource
@@ -32,6 +37,14 @@ def main(argv: list[str]) -> int:
     out = argv[1]
     sleep_s = float(argv[2]) if len(argv) > 2 else 0.0
     event = json.loads(sys.stdin.read())
+    if len(argv) > 3 and event["event"] == "assigned" and os.path.exists(argv[3]):
+        with open(argv[3]) as f:
+            names, _, why = f.read().partition("\n")
+        held = set(event["connectors"]) | {t["connector"] for t in event["tasks"]}
+        failing = sorted(held & set(names.split()))
+        if failing:
+            print(f"cannot start {', '.join(failing)}: {why.strip()}", file=sys.stderr)
+            return 1
     if sleep_s > 0:
         time.sleep(sleep_s)
     record = {
@@ -43,6 +56,8 @@ def main(argv: list[str]) -> int:
         "t_start": t_start,
         "t_end": time.time(),
     }
+    if "configs" in event:
+        record["configs"] = event["configs"]
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

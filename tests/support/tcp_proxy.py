@@ -7,7 +7,10 @@ coordinator.
         proxy.cut("blackhole")   # close every connection; new ones are accepted, never answered
         proxy.cut("freeze")      # nothing moves any more on open or new connections (a
                                  # partition: bytes wait, as TCP would retransmit them)
-        proxy.restore()          # forward again (frozen bytes are delivered)
+        proxy.cut("drop")        # requests still reach the upstream, its answers are thrown
+                                 # away (lost responses); `dropped_bytes` counts them
+        proxy.restore()          # forward again (frozen bytes are delivered; connections
+                                 # that lost answers are closed, their streams being torn)
 
 Every thread is a daemon; `close()` ends them all.
 """
@@ -23,7 +26,7 @@ from typing import Literal
 
 __all__ = ["CutMode", "TcpProxy"]
 
-CutMode = Literal["refuse", "blackhole", "freeze"]
+CutMode = Literal["refuse", "blackhole", "freeze", "drop"]
 
 _CHUNK = 65536
 _POLL_S = 0.05
@@ -42,6 +45,7 @@ class _Link:
         self.client = client
         self.upstream = upstream
         self.closed = threading.Event()
+        self.tainted = False  # it lost answers ("drop"): its stream is torn
 
     def start(self) -> None:
         for src, dst, name in (
@@ -68,6 +72,10 @@ class _Link:
                 data = src.recv(_CHUNK)
                 if not data:
                     break
+                if src is self.upstream and self.proxy.mode == "drop":
+                    self.tainted = True
+                    self.proxy._dropped(len(data))
+                    continue
                 dst.sendall(data)
         except OSError:
             pass
@@ -102,6 +110,7 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self.connections_accepted = 0
+        self.dropped_bytes = 0
         self.port = self._listen(port)
         self.address = f"127.0.0.1:{self.port}"
 
@@ -114,6 +123,8 @@ class TcpProxy:
             if mode == "freeze":
                 self.forwarding.clear()
                 return
+            if mode == "drop":
+                return
             links = list(self._links)
         for link in links:
             link.close()
@@ -125,6 +136,9 @@ class TcpProxy:
         with self._lock:
             mode, self.mode = self.mode, None
             held, self._held = self._held, []
+            torn = [link for link in self._links if link.tainted]
+        for link in torn:
+            link.close()
         for sock in held:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -214,6 +228,10 @@ class TcpProxy:
             with self._lock:
                 self._links.add(link)
             link.start()
+
+    def _dropped(self, size: int) -> None:
+        with self._lock:
+            self.dropped_bytes += size
 
     def _forget(self, link: _Link) -> None:
         with self._lock:
