@@ -93,7 +93,7 @@ def test_a_listener_without_on_reconfigured_is_not_called_for_it() -> None:
             self.calls.append(e.event)
 
     old = Old()
-    dispatch(old, event("reconfigured"))  # type: ignore[arg-type]
+    dispatch(old, event("reconfigured"))
     assert old.calls == []
     got: list[RebalanceEvent] = []
     dispatch(CallbackListener(on_reconfigured=got.append), event("reconfigured"))
@@ -299,7 +299,8 @@ def test_assignment_shows_config_values_to_the_worker_in_the_pod_only(
         assert seen["configs"] == {"a": {"digest": "d-a1"}, "b": {"digest": "d-b1"}}
         assert SECRET not in json.dumps(seen)
     assert SECRET not in json.dumps(server.snapshot())
-    assert server.snapshot(config_values=True)["configs"]["a"]["config"]["password"] == SECRET
+    values: Any = server.snapshot(config_values=True)["configs"]
+    assert values["a"]["config"]["password"] == SECRET
 
 
 def test_the_same_pod_rule_is_leave_s_rule() -> None:

@@ -7,6 +7,8 @@ real coordinator (in-process, real gRPC and PostgreSQL) whose member-call rate i
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import threading
 import time
@@ -38,6 +40,7 @@ from worker_agent.lifecycle import ConfigChanges, ResourceNotHeld
 from worker_agent.listener import CallbackListener, ListenerFailed, RebalanceEvent
 from worker_agent.membership import Membership, MembershipConfig, StartWork
 from worker_agent.runtime import Agent, AgentSettings
+from worker_agent.status import StatusServer
 
 GROUP = "g"
 SECRET = "agent-lifecycle-secret"
@@ -240,10 +243,15 @@ def test_a_throttled_agent_backs_off_and_still_gets_its_configs_and_reports(
         )
         assigned: list[RebalanceEvent] = []
         attempts: list[int] = []
+        while_starting: list[int] = []
 
         def on_assigned(event: RebalanceEvent) -> None:
             attempts.append(1)
             if len(attempts) == 1:
+                try:  # not started yet: the worker cannot report it
+                    agent.report_status("a", ReportedState.FAILED, "too early")
+                except ResourceNotHeld as error:
+                    while_starting.append(error.status)
                 raise ListenerFailed(
                     "exec hook 'start' exited with 1; stderr: no route", exit_code=1
                 )
@@ -256,7 +264,9 @@ def test_a_throttled_agent_backs_off_and_still_gets_its_configs_and_reports(
             assignors=tuple(assignors_for_protocol("sessioned")),
             listener_initial_backoff_s=0.3,
         )
-        agent = Agent(settings, CallbackListener(on_assigned=on_assigned))
+        status = StatusServer(GROUP, "w1")
+        status.start()
+        agent = Agent(settings, CallbackListener(on_assigned=on_assigned), status)
         started = time.monotonic()
         thread = threading.Thread(target=agent.run, daemon=True)
         thread.start()
@@ -264,6 +274,7 @@ def test_a_throttled_agent_backs_off_and_still_gets_its_configs_and_reports(
             wait_for("the start retried", lambda: assigned or None, timeout_s=10)
             (event,) = assigned
             assert event.configs["a"].values == {"password": SECRET}
+            assert while_starting == [409]
 
             def view() -> dict[Any, Any]:
                 resp = coord.stubs.admin.DescribeGroups(  # type: ignore[union-attr]
@@ -280,14 +291,28 @@ def test_a_throttled_agent_backs_off_and_still_gets_its_configs_and_reports(
                 lambda: all(s.state == common_pb2.RUNNING for s in view().values()) or None,
                 timeout_s=10,
             )
-            # In-process reports, refused locally when they cannot be sent.
+            # The worker's own reports: in-process, and POST /status on the status endpoint.
             agent.report_status(TaskId("a", 1), "FAILED", "lost its connection")
+            headers = {"Host": f"127.0.0.1:{status.port}", "X-Worker-Agent": "status"}
+            for body, code in (
+                ({"connector": "a", "task": 0, "state": "FAILED", "trace": "disk full"}, 202),
+                ({"connector": "zz", "state": "RUNNING"}, 404),
+                ({"connector": "a", "task": 0, "state": "STOPPED"}, 400),
+            ):
+                assert post(status.port, "/status", headers, body)[0] == code, body
             wait_for(
                 "the worker's own FAILED",
-                lambda: view()[("a", 1)].state == common_pb2.FAILED or None,
+                lambda: (
+                    (
+                        view()[("a", 1)].state == common_pb2.FAILED
+                        and view()[("a", 0)].state == common_pb2.FAILED
+                    )
+                    or None
+                ),
                 timeout_s=10,
             )
             assert view()[("a", 1)].trace == "lost its connection"
+            assert view()[("a", 0)].trace == "disk full"
             with pytest.raises(ResourceNotHeld) as not_held:
                 agent.report_status("zz", ReportedState.RUNNING)
             assert not_held.value.status == 404
@@ -302,3 +327,14 @@ def test_a_throttled_agent_backs_off_and_still_gets_its_configs_and_reports(
         finally:
             agent.stop()
             thread.join(10)
+            status.close()
+
+
+def post(port: int, path: str, headers: dict[str, str], body: object) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()

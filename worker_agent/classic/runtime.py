@@ -99,6 +99,8 @@ class ClassicAgent(AgentBase):
         super().__init__(settings, listener, status, clock_ms, metrics, transport=transport)
         self._calls = ThreadPoolExecutor(1, thread_name_prefix="classic-calls")
         self._shown_member_id = ""
+        #: The member id of the last join (a new one is a new member: configs fetched again).
+        self._joined_as = ""
 
     def _make_machine(self) -> ClassicMembership:
         return ClassicMembership(classic_config(self.settings))
@@ -191,9 +193,12 @@ class ClassicAgent(AgentBase):
                     before = self.machine.snapshot
                     self.machine.on_sync_response(sync_answer, self._clock_ms())
                     after, generation = self.machine.snapshot, self.machine.generation
-                    if synced and before is None and after is not None:
-                        # Joined (first, or after a fence or a reset): nothing starts before
-                        # the configs fetched after the join (DESIGN 3.20).
+                    member_id = self.machine.member_id
+                    if synced and (before is None or member_id != self._joined_as):
+                        # Joined (first, after a fence or a reset, or as a new member id):
+                        # nothing starts before the configs fetched after the join (DESIGN
+                        # 3.20).
+                        self._joined_as = member_id
                         self.machine.ready_connectors = self.control.joined()
                 if synced:
                     self.control.saw_revision(sync_answer.lifecycle_revision)
