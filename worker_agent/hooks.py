@@ -50,6 +50,7 @@ from typing import IO
 
 from connect_protocol.resources import ResourceSet, TaskId
 from connect_protocol.tls import is_loopback
+from worker_agent.lifecycle import mask_values
 from worker_agent.listener import RELEASE_MODES, ListenerFailed, RebalanceEvent, ReleaseMode
 
 __all__ = [
@@ -168,22 +169,9 @@ def _separate_reader() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         yield writer, reader
 
 
-#: Config values shorter than this are not masked in a hook's output (masking "1" or "true"
-#: everywhere would garble it); secrets are longer.
-_MIN_MASKED_VALUE = 4
-
-
 def _redacted_output(text: str, event: RebalanceEvent) -> str:
-    """A hook's output with the config values its event carried masked: the output goes into
-    log lines and status traces, which never carry config values (DESIGN 3.20), and a hook
-    that echoes its input would put them there."""
-    if not text or not event.configs:
-        return text
-    values = {v for c in event.configs.values() for v in c.values.values()}
-    for value in sorted(values, key=len, reverse=True):
-        if len(value) >= _MIN_MASKED_VALUE and value in text:
-            text = text.replace(value, "***")
-    return text
+    """A hook's output with the config values its event carried masked (`mask_values`)."""
+    return mask_values(text, event.configs)
 
 
 def _tail(stream: IO[bytes]) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "StatusBook",
     "configs_json",
     "connectors_of",
+    "mask_values",
     "parse_status_report",
     "reported_state_for",
     "resource_name",
@@ -195,11 +196,33 @@ class ConfigCache:
             missing=frozenset(missing),
         )
 
-    def describe(self, names: Iterable[str] | None = None) -> str:
-        """Connectors and digests for a log line (never values)."""
-        chosen = sorted(self._configs if names is None else names)
-        parts = [f"{n} ({self._configs[n].digest[:19]})" for n in chosen if n in self._configs]
+    def describe(self, names: Iterable[str] | None = None, limit: int = 20) -> str:
+        """Connectors and digests for a log line (never values): the first `limit`, then how
+        many in all."""
+        chosen = [n for n in sorted(self._configs if names is None else names) if n in self]
+        parts = [f"{n} ({self._configs[n].digest[:19]})" for n in chosen[:limit]]
+        if len(chosen) > limit:
+            parts.append(f"... {len(chosen)} in all")
         return ", ".join(parts) or "nothing"
+
+
+#: Config values shorter than this are not masked in free text (masking "1" or "true" everywhere
+#: would garble it); secrets are longer.
+MIN_MASKED_VALUE = 4
+
+
+def mask_values(text: str, configs: Mapping[str, ConnectorConfig]) -> str:
+    """`text` (a hook's output, an exception's trace) with the values of `configs` masked: such
+    text goes into log lines and status traces, which never carry config values (DESIGN 3.20),
+    and a hook that echoes its input, or an exception that quotes a value, would put them
+    there."""
+    if not text or not configs:
+        return text
+    values = {v for c in configs.values() for v in c.values.values()}
+    for value in sorted(values, key=len, reverse=True):
+        if len(value) >= MIN_MASKED_VALUE and value in text:
+            text = text.replace(value, "***")
+    return text
 
 
 def reported_state_for(target: TargetState, resource: Resource) -> ReportedState:

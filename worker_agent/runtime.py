@@ -57,6 +57,7 @@ from .lifecycle import (
     ConfigChanges,
     ResourceNotHeld,
     connectors_of,
+    mask_values,
     parse_status_report,
     resource_name,
 )
@@ -464,7 +465,8 @@ class AgentBase:
             except Exception as exc:
                 self.metrics.listener_calls.inc(kind, "failed")
                 if kind == "assigned":
-                    self.control.start_failed(remaining, action.tokens, failure_trace(exc))
+                    trace = mask_values(failure_trace(exc), configs)
+                    self.control.start_failed(remaining, action.tokens, trace)
                 raise
             self.metrics.listener_calls.inc(kind, "ok")
             if kind == "assigned":
