@@ -402,7 +402,6 @@ class ControlPlane:
                 self._refetch = True
                 self._fetch_not_before = self._clock() + wait_s
             return
-        self._backoff.reset()
         keep = self._host._lifecycle_keep()
         with self._cond:
             changes = self.cache.apply(resp, keep)
@@ -410,8 +409,13 @@ class ControlPlane:
             self._fetched = (joins, resp.lifecycle_revision)
             if seq == self._seen_seq:
                 self._seen = resp.lifecycle_revision
+            if not changes.missing:
+                self._backoff.reset()
             if changes.missing:
+                # Values withheld for digests the cache has lost: ask again, without them
+                # (after a backoff, in case the answer does not change).
                 self._refetch = True
+                self._fetch_not_before = self._clock() + self._backoff.next_wait_s()
             described = self.cache.describe(changes.confirmed)
         log.info(
             "configs at lifecycle revision %d (epoch %d): %s%s",
