@@ -124,6 +124,7 @@ class ControlPlane:
         self._fetch_not_before = 0.0
         self._report_not_before = 0.0
         self._await_member = False
+        self._fetching = False
         self._unsupported = False
         self._closed = False
         #: resource -> the config digest the worker runs it with (its last assigned or
@@ -164,6 +165,15 @@ class ControlPlane:
                 self._seen = revision
                 self._seen_seq += 1
             self._await_member = False
+            self._cond.notify_all()
+
+    def fetch_again(self) -> None:
+        """Fetch once more even though the revision did not move (resources wait for configs
+        the last answer did not bring). A fetch already due or in flight covers it."""
+        with self._cond:
+            if self._unsupported or self._fetch_due() or self._fetching:
+                return
+            self._refetch = True
             self._cond.notify_all()
 
     def joined(self) -> frozenset[str] | None:
@@ -365,7 +375,17 @@ class ControlPlane:
                 self._group_id, ident.member_id, ident.epoch, self.cache.known_digests()
             )
             self._refetch = False
+            self._fetching = True
         self.fetches += 1
+        try:
+            self._fetch_call(ident, request, joins, seq)
+        finally:
+            with self._cond:
+                self._fetching = False
+
+    def _fetch_call(
+        self, ident: CallIdentity, request: ConfigsRequest, joins: int, seq: int
+    ) -> None:
         try:
             answer = self._transport.configs(
                 lifecycle_wire.configs_request_to(request), self._rpc_timeout_s()

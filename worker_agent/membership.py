@@ -298,6 +298,21 @@ class Membership:
     def ready(self) -> bool:
         return self.phase is Phase.MEMBER and self.last_success_sent_ms is not None
 
+    @property
+    def awaiting_configs(self) -> frozenset[str]:
+        """Connectors of assigned resources not started because their configs have not come."""
+        if self.ready_connectors is None or self.phase is not Phase.MEMBER:
+            return frozenset()
+        waiting = self.assigned - self.owned
+        names = waiting.connectors | {t.connector for t in waiting.tasks}
+        return frozenset(names - self.ready_connectors)
+
+    def configs_dropped(self, connectors: frozenset[str]) -> None:
+        """The worker no longer runs anything of these connectors: their configs must be
+        fetched again before anything of them starts."""
+        if self.ready_connectors is not None and connectors & self.ready_connectors:
+            self.ready_connectors = self.ready_connectors - connectors
+
     def drain_notices(self) -> list[Notice]:
         out, self.notices = self.notices, []
         return out

@@ -180,6 +180,11 @@ class WorkMachine(Protocol):
     #: The connectors whose configs the worker has: only their resources are started.
     ready_connectors: frozenset[str] | None
 
+    @property
+    def awaiting_configs(self) -> frozenset[str]: ...
+
+    def configs_dropped(self, connectors: frozenset[str]) -> None: ...
+
     def poll(self, now_ms: int) -> Sequence[Any]: ...
 
     def next_wakeup_ms(self) -> int: ...
@@ -494,6 +499,7 @@ class AgentBase:
             now = self._clock_ms()
             if isinstance(action, StopWork):
                 self.machine.work_stopped(action.resources, now)
+                self._forget_configs(action.resources)
             else:
                 self.machine.work_started(action.resources, now)
             epoch, running, tokens = self.machine.epoch, self.machine.running, self.machine.tokens
@@ -526,6 +532,7 @@ class AgentBase:
             batch.remaining = batch.remaining - fresh
             left = len(batch.remaining)
             acknowledged = self.machine.work_released(fresh, self._clock_ms())
+            self._forget_configs(fresh)
             epoch, running, tokens = self.machine.epoch, self.machine.running, self.machine.tokens
         self.control.stopped(fresh)
         extra = logs.fields(
@@ -572,6 +579,23 @@ class AgentBase:
     def _held(self) -> ResourceSet:
         """What the worker holds or is to start (with the lock held)."""
         raise NotImplementedError
+
+    def _forget_configs(self, stopped: ResourceSet) -> None:
+        """With the lock held, after `stopped` stopped: the connectors the worker no longer
+        holds anything of start again only after a new fetch (their config may change while
+        they are away, and nobody tells this member)."""
+        gone = connectors_of(stopped) - connectors_of(self._held())
+        if gone:
+            self.machine.configs_dropped(gone)
+
+    def _check_awaiting_configs(self) -> None:
+        """After an answer: if resources wait for configs the last fetch did not bring (the
+        start gate lost a connector in a race, or the fetch predates the grant), fetch again
+        (at most once per answer, so at most once per heartbeat interval)."""
+        with self._lock:
+            waiting = self.machine.awaiting_configs
+        if waiting:
+            self.control.fetch_again()
 
     def _lifecycle_keep(self) -> frozenset[str]:
         with self._lock:
@@ -854,6 +878,7 @@ class Agent(AgentBase):
                 self.machine.ready_connectors = self.control.joined()
         if answered:
             self.control.saw_revision(response.lifecycle_revision)
+            self._check_awaiting_configs()
         if response.assignment is not None and after != before:
             log.info("assignment at epoch %d: %s", epoch, describe_resources(after))
             self._on_assignment(after)

@@ -217,13 +217,20 @@ def test_the_machine_starts_only_what_it_has_configs_for() -> None:
         1,
     )
     assert not [a for a in m.poll(2) if isinstance(a, StartWork)]
+    assert m.awaiting_configs == {"a", "b"}  # the runtime fetches again if no fetch is due
     m.ready_connectors = frozenset({"a"})
     (start,) = [a for a in m.poll(3) if isinstance(a, StartWork)]
     assert start.resources == ResourceSet.of(["a"], [("a", 0)])
     m.work_started(start.resources, 4)
+    assert m.awaiting_configs == {"b"}
     m.ready_connectors = frozenset({"a", "b"})
     (rest,) = [a for a in m.poll(5) if isinstance(a, StartWork)]
     assert rest.resources == ResourceSet.of(["b"], [("b", 0)])
+    m.work_started(rest.resources, 6)
+    assert m.awaiting_configs == frozenset()
+    # Everything of a stopped: its config is fetched again before anything of it restarts.
+    m.configs_dropped(frozenset({"a"}))
+    assert m.ready_connectors == {"b"}
 
 
 # --- a real agent on a real coordinator with a tiny member-call rate -----------------------------

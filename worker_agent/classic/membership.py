@@ -866,6 +866,21 @@ class ClassicMembership:
     def _to_start(self) -> ResourceSet:
         return with_configs(self._unstarted(), self.ready_connectors)
 
+    @property
+    def awaiting_configs(self) -> frozenset[str]:
+        """Connectors of assigned resources not started because their configs have not come."""
+        if self.ready_connectors is None:
+            return frozenset()
+        waiting = self._unstarted()
+        names = waiting.connectors | {t.connector for t in waiting.tasks}
+        return frozenset(names - self.ready_connectors)
+
+    def configs_dropped(self, connectors: frozenset[str]) -> None:
+        """The worker no longer runs anything of these connectors: their configs must be
+        fetched again before anything of them starts."""
+        if self.ready_connectors is not None and connectors & self.ready_connectors:
+            self.ready_connectors = self.ready_connectors - connectors
+
     def _group_call_due(self) -> SendJoinGroup | SendSyncGroup | None:
         if self._group_call is not None or self._coordinator_unknown_since is not None:
             return None

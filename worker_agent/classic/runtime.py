@@ -202,6 +202,7 @@ class ClassicAgent(AgentBase):
                         self.machine.ready_connectors = self.control.joined()
                 if synced:
                     self.control.saw_revision(sync_answer.lifecycle_revision)
+                    self._check_awaiting_configs()
                     self._on_synced(before, after, generation)
         except TransportError as error:
             with self._lock:
@@ -245,6 +246,7 @@ class ClassicAgent(AgentBase):
             self.machine.on_heartbeat_response(response, self._clock_ms())
         if code is ErrorCode.NONE:
             self.control.saw_revision(response.lifecycle_revision)
+            self._check_awaiting_configs()
             self._update_status()
 
     def _leave_group(self, action: SendLeaveGroup) -> None:
