@@ -978,8 +978,8 @@ def render_html(summary: Mapping[str, Any], timelines: Sequence[GroupTimeline]) 
                 ),
                 (
                     "status traces",
-                    "digests only (trace_digest: an unkeyed sha256 of each stored trace; no "
-                    "trace text)",
+                    "digests only (trace_digest: the HMAC-SHA256 the coordinator stored with "
+                    "each trace, under the database's own key; no trace text)",
                 ),
                 (
                     "resources by last reported status",

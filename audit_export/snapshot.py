@@ -24,11 +24,11 @@ Tables (each with `group_id`; `export_date` is added when written):
   status (or that a restart was requested for), as stored: state, the reporting member and its
   grant's fencing token, the restart count and when. Whether a row still counts (its reporter
   still holds the resource under that token; else DescribeGroups shows UNASSIGNED) is not
-  derived here. The trace is never written (traces may carry secrets): `trace_digest` is
-  "sha256:<hex>" of its UTF-8 text (NULL for none), computed in Spark from the trace read over
-  JDBC. It is unkeyed, since the export does not read the database's digest key: so it is not
-  the keyed `trace_digest` of the STATUS_CHANGED events, and whoever can guess a whole trace,
-  secret included, can confirm the guess against it offline.
+  derived here. The trace is never read (traces may carry secrets): `trace_digest` is the
+  digest the coordinator stored with it (NULL for none): "hmac-sha256:<hex>" under the
+  database's own key, as config digests are, equal to the `trace_digest` of the STATUS_CHANGED
+  event that wrote it (so rows and events join), and no guess of a trace can be confirmed
+  against it without the key.
 
 Which stored columns are written is `exported_columns`; what is deliberately not is
 `source.WITHHELD`, with the reasons.
@@ -104,28 +104,8 @@ def read(
         ).select(*table.column_names())
         if table.name == "catalogue":
             df = df.withColumn("config", F.from_json("config", MapType(StringType(), StringType())))
-        elif table.name == snapshot_sql.RESOURCE_STATUSES.name:
-            df = digest_traces(df)
         tables[table.name] = df
     return {name: tables[name] for name in SNAPSHOT_TABLES}
-
-
-TRACE_DIGEST_PREFIX = "sha256:"
-"""What a status trace's digest in the export starts with (unkeyed: see the module's notes)."""
-
-
-def digest_traces(df: DataFrame) -> DataFrame:
-    """`df` with its trace column (`snapshot_sql.TRACE_COLUMN`) replaced, in place, by
-    `trace_digest`: "sha256:<hex>" of the trace's UTF-8 bytes, NULL for an empty trace."""
-    trace = F.col(snapshot_sql.TRACE_COLUMN)
-    digest = (
-        F.when(trace.isNull() | (trace == ""), F.lit(None).cast("string"))
-        .otherwise(F.concat(F.lit(TRACE_DIGEST_PREFIX), F.sha2(trace, 256)))
-        .alias("trace_digest")
-    )
-    return df.select(
-        *(digest if name == snapshot_sql.TRACE_COLUMN else F.col(name) for name in df.columns)
-    )
 
 
 def exported_columns(include_config_values: bool = False) -> dict[str, set[str]]:

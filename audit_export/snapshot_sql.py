@@ -17,9 +17,8 @@ reads; unkeyed "sha256:<hex>" in rows and events written before), and its `confi
 NULL, not even read from the database, unless the export is asked for the values
 (`CATALOGUE_WITH_CONFIG_VALUES`, `--include-config-values`).
 
-Status traces may carry secrets too: `RESOURCE_STATUSES` reads each trace only for `snapshot` to
-replace it by its digest in Spark, before anything is written (SQLite has no SHA-256 to do it
-in the database).
+Status traces may carry secrets too: `RESOURCE_STATUSES` never reads a trace, only the keyed
+digest the coordinator stored with it (`trace_digest`, "" read as NULL).
 """
 
 from __future__ import annotations
@@ -265,15 +264,10 @@ def _current_assignment(j: _Json, where: str | None) -> str:
     )
 
 
-TRACE_COLUMN = "trace"
-"""The column of `RESOURCE_STATUSES`'s query that `snapshot` replaces by its digest
-(`trace_digest`) before anything is written."""
-
-
 def _resource_statuses(j: _Json, where: str | None) -> str:
     """One row per stored status, named as the other tables name resources (a connector's
-    row: task NULL; stored as task -1), with its trace as stored, for `snapshot` to digest:
-    the trace is never written (`TRACE_COLUMN`)."""
+    row: task NULL; stored as task -1), with the trace's stored keyed digest (NULL for none);
+    the trace itself is never read."""
     filtered = f" WHERE {where}" if where else ""
     return (
         "SELECT s.group_id, "
@@ -282,7 +276,7 @@ def _resource_statuses(j: _Json, where: str | None) -> str:
         "CASE WHEN s.task < 0 THEN 'connector' ELSE 'task' END AS resource_type, "
         f"s.connector, CASE WHEN s.task < 0 THEN {j.null_int()} ELSE s.task END AS task, "
         "s.state, s.member_id, s.fencing_token, s.restart_count, s.reported_at_ms, "
-        f"s.trace AS {TRACE_COLUMN} "
+        "CASE WHEN s.trace_digest = '' THEN NULL ELSE s.trace_digest END AS trace_digest "
         f"FROM resource_statuses s{filtered}"
     )
 
@@ -396,7 +390,7 @@ RESOURCE_STATUSES = DerivedTable(
         ("fencing_token", "BIGINT"),
         ("restart_count", "BIGINT"),
         ("reported_at_ms", "BIGINT"),
-        (TRACE_COLUMN, "STRING"),
+        ("trace_digest", "STRING"),
     ),
     source_table="resource_statuses",
     # The row's own key: one connector's 100,000 tasks spread over the parallel reads.
@@ -413,11 +407,12 @@ RESOURCE_STATUSES = DerivedTable(
                 "fencing_token",
                 "restart_count",
                 "reported_at_ms",
+                "trace_digest",
             ),
         ),
     ),
 )
-"""The stored statuses; the query reads each trace, the written table has only its digest."""
+"""The stored statuses with each trace's stored keyed digest; the trace is never read."""
 
 DERIVED_TABLES = (CATALOGUE, TARGET_ASSIGNMENT, CURRENT_ASSIGNMENT, RESOURCE_STATUSES)
 """The derived tables as exported by default (the catalogue without config values)."""

@@ -292,13 +292,14 @@ RESOURCE_STATUSES = TableSpec(
         ("fencing_token", "long"),
         ("restart_count", "long"),
         ("trace", "string"),
+        ("trace_digest", "string"),
         ("reported_at_ms", "long"),
     ),
     hash_key="connector",
 )
 """What each resource's holder last reported (migration 0011). Never read whole by the export:
-the snapshot's `resource_statuses` (`snapshot_sql.RESOURCE_STATUSES`) has each trace's digest,
-never its text."""
+the snapshot's `resource_statuses` (`snapshot_sql.RESOURCE_STATUSES`) has each trace's stored
+keyed digest, never its text (the trace column is not even read)."""
 TARGET_ASSIGNMENTS = TableSpec(
     "target_assignments",
     (
@@ -373,7 +374,8 @@ WITHHELD: Mapping[tuple[str, str], str] = {
     ("resource_statuses", "trace"): (
         "a FAILED resource's trace is the worker's error output, which may carry secrets "
         "(a connection URL with its password, a config value in an exception) or personal "
-        "data: the snapshot has its digest (trace_digest), and `coordinator-svc status` or "
+        "data: the snapshot has its keyed digest (trace_digest, the STATUS_CHANGED event's), and "
+        "`coordinator-svc status` or "
         "DescribeGroups show the text to those allowed to describe the group"
     ),
     ("target_assignments", "assignor_state"): (

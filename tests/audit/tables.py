@@ -4,7 +4,6 @@ so tests compare them row by row."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -191,16 +190,13 @@ class Database:
                 )
         return _sorted(out)
 
-    def resource_statuses(self, traces: bool = False) -> list[Row]:
+    def resource_statuses(self) -> list[Row]:
         """The stored statuses named as the export names resources (a connector's row, stored
-        as task -1, with task None); last, the trace's digest ("sha256:<hex>" of its UTF-8
-        text, None for none), or with `traces` the trace itself (what the query reads)."""
+        as task -1, with task None); last, the trace's stored keyed digest (None for none)."""
         out: list[Row] = []
         for s in self.rows(schema.resource_statuses):
             connector, task = s["connector"], s["task"]
-            trace = s["trace"]
-            if not traces:
-                trace = "sha256:" + hashlib.sha256(trace.encode()).hexdigest() if trace else None
+            trace = s["trace_digest"] or None
             out.append(
                 (
                     s["group_id"],

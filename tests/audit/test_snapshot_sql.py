@@ -102,6 +102,8 @@ def _status(
     trace: str = "",
     restart_count: int = 0,
 ) -> dict[str, Any]:
+    """A status row as the coordinator writes it: with a trace, its digest beside it (unkeyed
+    here; the export copies whatever digest is stored)."""
     return {
         "group_id": group_id,
         "connector": connector,
@@ -111,6 +113,7 @@ def _status(
         "fencing_token": token,
         "restart_count": restart_count,
         "trace": trace,
+        "trace_digest": "sha256:" + hashlib.sha256(trace.encode()).hexdigest() if trace else "",
         "reported_at_ms": 1_000 + token,
     }
 
@@ -284,7 +287,11 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
         current = _query(filled, snapshot_sql.CURRENT_ASSIGNMENT)
         statuses = _query(filled, snapshot_sql.RESOURCE_STATUSES)
         key = db.digest_key()
-        assert statuses == db.resource_statuses(traces=True)
+        assert statuses == db.resource_statuses()
+        # The trace itself is never read: no query of the export names the column.
+        for dialect in ("postgresql", "sqlite"):
+            sql = snapshot_sql.RESOURCE_STATUSES.sql(dialect)  # type: ignore[arg-type]
+            assert "s.trace " not in sql and "s.trace," not in sql and "trace_digest" in sql
         assert catalogue == db.catalogue()
         assert with_values == db.catalogue(config_values=True)
         assert target == db.target_assignment()
@@ -320,9 +327,9 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
     assert {r[3] for r in current if r[0] == "g4" and r[7]} == {f"P-{n}" for n in range(400)}
     assert {r[2] for r in target if r[0] == "g4"} == big
     # Statuses named as the other tables name resources: a connector's with task NULL.
-    assert ("g1", "A", "connector", "A", None, "RUNNING", "w1", 11, 0, 1011, "") in statuses
-    assert ("g1", "Zéro-7", "task", "Zéro", 7, "PAUSED", "w2", 13, 0, 1013, "") in statuses
-    assert ("g2", "A-0", "task", "A", 0, "RESTARTING", "", 0, 2, 1000, "") in statuses
+    assert ("g1", "A", "connector", "A", None, "RUNNING", "w1", 11, 0, 1011, None) in statuses
+    assert ("g1", "Zéro-7", "task", "Zéro", 7, "PAUSED", "w2", 13, 0, 1013, None) in statuses
+    assert ("g2", "A-0", "task", "A", 0, "RESTARTING", "", 0, 2, 1000, None) in statuses
 
 
 def test_a_condition_on_the_key_splits_the_rows_without_loss_or_overlap(filled: str) -> None:
@@ -404,8 +411,7 @@ def test_parallel_reads_of_the_snapshot_give_the_same_rows_as_one_read(
             one = sorted(map(repr, whole[name].collect()))
             three = sorted(map(repr, parts[name].collect()))
             assert three == one and one, name
-        # The traces' digests, computed in Spark, are the oracle's (UTF-8, sha256), and the
-        # text itself is in no column.
+        # The traces' stored digests, copied, and the text itself in no column.
         db = T.Database(database_url)
         try:
             expected = db.resource_statuses()
