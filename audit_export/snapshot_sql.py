@@ -17,8 +17,10 @@ reads; unkeyed "sha256:<hex>" in rows and events written before), and its `confi
 NULL, not even read from the database, unless the export is asked for the values
 (`CATALOGUE_WITH_CONFIG_VALUES`, `--include-config-values`).
 
-Status traces may carry secrets too: `RESOURCE_STATUSES` never reads a trace, only the keyed
-digest the coordinator stored with it (`trace_digest`, "" read as NULL).
+Status traces may carry secrets too: `RESOURCE_STATUSES` never names the trace column, so no
+trace is read from the database at all; it copies the digest the coordinator stored beside it
+(`trace_digest`, `coordinator_svc.core.status.trace_digest`: "hmac-sha256:<hex>" under the same
+key as config digests, the STATUS_CHANGED event's own; "" for no trace, read as NULL).
 """
 
 from __future__ import annotations
@@ -276,7 +278,8 @@ def _resource_statuses(j: _Json, where: str | None) -> str:
         "CASE WHEN s.task < 0 THEN 'connector' ELSE 'task' END AS resource_type, "
         f"s.connector, CASE WHEN s.task < 0 THEN {j.null_int()} ELSE s.task END AS task, "
         "s.state, s.member_id, s.fencing_token, s.restart_count, s.reported_at_ms, "
-        "CASE WHEN s.trace_digest = '' THEN NULL ELSE s.trace_digest END AS trace_digest "
+        # '': no trace (the trace column itself is never named: it may carry secrets).
+        "NULLIF(s.trace_digest, '') AS trace_digest "
         f"FROM resource_statuses s{filtered}"
     )
 

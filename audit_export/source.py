@@ -374,8 +374,10 @@ WITHHELD: Mapping[tuple[str, str], str] = {
     ("resource_statuses", "trace"): (
         "a FAILED resource's trace is the worker's error output, which may carry secrets "
         "(a connection URL with its password, a config value in an exception) or personal "
-        "data: the snapshot has its keyed digest (trace_digest, the STATUS_CHANGED event's), and "
-        "`coordinator-svc status` or "
+        "data. The export never reads it: the snapshot has the digest the coordinator stored "
+        "beside it (trace_digest), an HMAC under the database's key as config digests are, "
+        "equal to its STATUS_CHANGED event's (rows and events join on it), against which "
+        "nobody without the key can confirm a guessed trace; `coordinator-svc status` or "
         "DescribeGroups show the text to those allowed to describe the group"
     ),
     ("target_assignments", "assignor_state"): (
