@@ -192,11 +192,12 @@ class Database:
 
     def resource_statuses(self) -> list[Row]:
         """The stored statuses named as the export names resources (a connector's row, stored
-        as task -1, with task None); last, the trace's stored keyed digest (None for none)."""
+        as task -1, with task None); last, the trace's digest as the coordinator stored it
+        (keyed, its STATUS_CHANGED event's; None for "", no trace), never the trace."""
         out: list[Row] = []
         for s in self.rows(schema.resource_statuses):
             connector, task = s["connector"], s["task"]
-            trace = s["trace_digest"] or None
+            digest = s["trace_digest"] or None
             out.append(
                 (
                     s["group_id"],
@@ -209,7 +210,7 @@ class Database:
                     s["fencing_token"],
                     s["restart_count"],
                     s["reported_at_ms"],
-                    trace,
+                    digest,
                 )
             )
         return _sorted(out)
