@@ -2,33 +2,43 @@
 its values, unless `--include-config-values` asks for them; a config change shows as two
 different digests, in the daily catalogue snapshots and in the CONNECTOR_PUT events. Status
 traces may carry secrets too (issue 28): a worker's FAILED report with a secret in its trace is
-exported as the status row with the trace's digest only, with or without config values, and
-its STATUS_CHANGED event carries only the coordinator's digest.
+exported as the status row with the keyed digest the coordinator stored beside the trace (the
+one its STATUS_CHANGED event carries), with or without config values, and the export never
+reads the trace: its queries do not name the column, and the day 2 exports run with it renamed.
 
 One coordinator per database (PostgreSQL and the embedded SQLite file, both read over JDBC by the
 test run's Spark session): A is put with a secret, exported on day 1; A's secret is changed
 (same task count: no rebalance), a worker given A and A-0 reports A RUNNING and A-0 FAILED with
 a trace holding another secret, exported on day 2; then day 2 again into another directory with
-the values included. Every file under each output directory (Parquet, schemas, summary.json,
-report.html, watermarks) is searched for the secrets: as written (Spark's snappy leaves a single
-random string intact, which the values export proves), and the Parquet tables read back."""
+the values included (both day 2 exports with `resource_statuses.trace` renamed away, so that any
+statement naming it fails). Every file under each output directory (Parquet, schemas,
+summary.json, report.html, watermarks) is searched for the secrets: as written (Spark's snappy
+leaves a single random string intact, which the values export proves), and the Parquet tables
+read back."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import reduce
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from audit_export import ExportOptions, cli, run_export
+from audit_export import ExportOptions, cli, run_export, snapshot, snapshot_sql, source
 from audit_export.snapshot import SCHEMA_FILE
 from connect_protocol.configs import config_digest
+from coordinator_svc.core.status import trace_digest
+from coordinator_svc.store import schema
 from tests.audit import tables as T
 from tests.support.client import ScriptedWorker, parse
 from tests.support.coordinator import InProcessCoordinator
@@ -92,6 +102,30 @@ def files_with(root: Path, secret: str) -> list[str]:
     )
 
 
+TRACE_AWAY = "trace_renamed_by_the_test"
+
+
+@contextmanager
+def trace_column_renamed(url: str) -> Iterator[None]:
+    """`resource_statuses.trace` renamed (back when the block ends): while the block runs, any
+    statement that names the column fails instead of reading the traces."""
+    db = T.Database(url)
+
+    def rename(old: str, new: str) -> None:
+        db.execute(sa.text(f"ALTER TABLE resource_statuses RENAME COLUMN {old} TO {new}"))
+
+    try:
+        rename("trace", TRACE_AWAY)
+        with pytest.raises(sa.exc.DBAPIError), db.engine.connect() as conn:
+            conn.execute(sa.text("SELECT trace FROM resource_statuses"))  # the trap is set
+        try:
+            yield
+        finally:
+            rename(TRACE_AWAY, "trace")
+    finally:
+        db.close()
+
+
 def tables_with(spark: SparkSession, root: Path, *secrets: str) -> list[str]:
     """The Parquet tables under `root` (each has a schema file) with a row whose JSON contains
     any of `secrets`: the decoded values, whatever the compression."""
@@ -148,13 +182,17 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
         run_export(spark, ExportOptions(url, str(out), export_date=DAY1, findings=False))
         put(coordinator.stubs, config2)
         report_failure(coordinator.stubs, trace)
-    result = run_export(spark, ExportOptions(url, str(out), export_date=DAY2, findings=findings))
-    run_export(
-        spark,
-        ExportOptions(
-            url, str(with_values), export_date=DAY2, include_config_values=True, findings=False
-        ),
-    )
+    # Day 2 has the trace stored; the exports run without a column of that name to read.
+    with trace_column_renamed(url):
+        result = run_export(
+            spark, ExportOptions(url, str(out), export_date=DAY2, findings=findings)
+        )
+        run_export(
+            spark,
+            ExportOptions(
+                url, str(with_values), export_date=DAY2, include_config_values=True, findings=False
+            ),
+        )
 
     # By default no secret anywhere: not in the Parquet files, the schemas, the summary, the
     # report or the watermarks, neither as written nor as the tables read back.
@@ -200,12 +238,19 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
     db = T.Database(url)
     try:
         statuses = db.resource_statuses()
+        [stored] = [r["trace"] for r in db.rows(schema.resource_statuses) if r["task"] == 0]
     finally:
         db.close()
+    assert stored == trace  # there was a trace to leak
     exported = T.exported_derived(spark, f"file://{out}", "resource_statuses", DAY2)
     assert exported == statuses
     assert [(r[1], r[5]) for r in exported] == [("A", "RUNNING"), ("A-0", "FAILED")]
-    assert exported[0][10] is None and exported[1][10].startswith("hmac-sha256:")
+    # The coordinator's HMAC of the trace under the database's key, not the plain sha256 that
+    # anyone guessing the trace could compute: that is in no output byte, nor is the key.
+    assert exported[0][10] is None
+    assert exported[1][10] == trace_digest(trace, key) != trace_digest(trace, None)
+    plain = hashlib.sha256(trace.encode()).hexdigest()
+    assert files_with(out, plain) == [] and files_with(with_values, plain) == []
     assert "trace" not in T.read(spark, f"file://{out}", "resource_statuses").columns
     [changed] = [
         json.loads(r["payload"])
@@ -226,6 +271,27 @@ def test_the_export_writes_config_digests_and_values_only_when_asked(
     assert files_with(with_values, traced) == []  # traces never, whatever is asked
     row = catalogue_row(spark, with_values, DAY2)
     assert row["config"] == config2 and row["config_digest"] == digests[1]
+
+
+def test_no_query_of_the_export_names_the_trace_column() -> None:
+    """Traces are never read, not even into Spark's memory: the statuses' query, whole and as
+    the parallel reads limit it, takes the stored `trace_digest` and names no `trace` column,
+    in either dialect; nor does any other derived table's query, and the stored table is never
+    read as it is (only counted)."""
+    named = re.compile(r"\btrace\b", re.IGNORECASE)
+    assert "trace" in source.RESOURCE_STATUSES.column_names()  # stored: there is one to name
+    dialects: tuple[snapshot_sql.Dialect, ...] = ("postgresql", "sqlite")
+    for dialect in dialects:
+        statuses = snapshot_sql.RESOURCE_STATUSES.sql(dialect)
+        assert "s.trace_digest" in statuses, statuses
+        for table in (*snapshot_sql.derived_tables(), *snapshot_sql.derived_tables(True)):
+            for where in (None, "{key} = 'A-0'"):
+                sql = table.sql(dialect, where)
+                assert not named.search(sql), (table.name, dialect, sql)
+    assert source.RESOURCE_STATUSES not in snapshot.RAW_TABLES
+    for spec in (*snapshot.RAW_TABLES, source.EVENTS):
+        assert "trace" not in spec.column_names(), spec.name
+    assert "trace" not in snapshot.exported_columns(include_config_values=True)["resource_statuses"]
 
 
 def test_the_command_line_asks_for_config_values_explicitly() -> None:
