@@ -453,7 +453,12 @@ def config_digest(config: Mapping[str, str], key: bytes | None = None) -> str:
     "hmac-sha256:<hex>", an HMAC of its canonical JSON, so that nobody without the key can
     confirm a guessed value offline; without one "sha256:<hex>" (what digests were before).
     Equal digests under one key mean equal configs, and no value can be read back from one."""
-    canonical = canonical_config(config)
+    return keyed_digest(canonical_config(config), key)
+
+
+def keyed_digest(data: bytes, key: bytes | None) -> str:
+    """ "hmac-sha256:<hex>" of `data` under `key`, or "sha256:<hex>" without one: the digest of
+    config digests, and of anything else that may carry secrets (status traces, DESIGN 3.20)."""
     if key is None:
-        return UNKEYED_DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()
-    return KEYED_DIGEST_PREFIX + hmac.new(key, canonical, hashlib.sha256).hexdigest()
+        return UNKEYED_DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
+    return KEYED_DIGEST_PREFIX + hmac.new(key, data, hashlib.sha256).hexdigest()

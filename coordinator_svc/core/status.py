@@ -12,13 +12,11 @@ Costs: a report O(its entries); the view O(the catalogue's resources) (a describ
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connect_protocol.configs import KEYED_DIGEST_PREFIX, UNKEYED_DIGEST_PREFIX
+from connect_protocol.configs import keyed_digest
 from connect_protocol.errors import CoordinatorError, ErrorCode
 from connect_protocol.lifecycle_messages import (
     EntryResult,
@@ -73,9 +71,7 @@ def cut_trace(trace: str, limit: int) -> str:
 def trace_digest(trace: str, key: bytes | None) -> str:
     """A digest of a trace for events and the export (traces may carry secrets): an HMAC under
     the database's digest key, as config digests are; equal digests mean equal traces."""
-    if key is None:
-        return UNKEYED_DIGEST_PREFIX + hashlib.sha256(trace.encode()).hexdigest()
-    return KEYED_DIGEST_PREFIX + hmac.new(key, trace.encode(), hashlib.sha256).hexdigest()
+    return keyed_digest(trace.encode(), key)
 
 
 def _refusal(member: Member, entry: StatusEntry, stored: ResourceStatus | None) -> str | None:
