@@ -413,7 +413,7 @@ class Membership:
         else:
             self.phase = Phase.LEAVING
         self._compute_requested = False
-        if not self.owned:
+        if not self._still_stopping():
             self._next_heartbeat_ms = now_ms  # else: once stopped (keepalives meanwhile)
 
     def give_up_leaving(self) -> None:
@@ -537,12 +537,18 @@ class Membership:
         if self._in_flight is not None or self._finding or self.phase is Phase.LEFT:
             return True
         if self.phase is Phase.STOPPING:
-            return bool(self.owned)
+            return self._still_stopping()
         # Stop first, then rejoin or leave; a member that is leaving keeps heartbeating while
         # it stops (its session must not expire while it still runs work).
         if self.phase is Phase.LEAVING and self.epoch > JOIN_EPOCH:
             return False
-        return self.phase in (Phase.REJOINING, Phase.LEAVING) and bool(self.owned)
+        return self.phase in (Phase.REJOINING, Phase.LEAVING) and self._still_stopping()
+
+    def _still_stopping(self) -> bool:
+        """Whether anything runs, is starting, or is being stopped: a stop whose resources were
+        all released early is still in progress until the listener returns (`work_stopped`),
+        and nothing that waits for the stop (a leave, a rejoin) may go before it."""
+        return bool(self.owned) or self._stopping is not None
 
     def _heartbeat_due(self) -> HeartbeatRequest | None:
         if self._heartbeat_blocked():
@@ -558,7 +564,7 @@ class Membership:
             if self.epoch == JOIN_EPOCH:  # never joined, or lost it: nothing to leave
                 self.phase = Phase.LEFT
                 return None
-            if self.owned:
+            if self._still_stopping():
                 return self._member_heartbeat()  # keep the session while stopping
             leave = STATIC_LEAVE_EPOCH if self.config.instance_id else LEAVE_EPOCH
             return HeartbeatRequest(

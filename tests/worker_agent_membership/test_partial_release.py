@@ -269,6 +269,40 @@ def test_leaving_takes_no_partial_release() -> None:
     assert leave.member_epoch == -1
 
 
+def test_a_leave_waits_for_the_listener_even_when_everything_was_released_early() -> None:
+    """Found by the machine below: a revocation of everything, all of it released before the
+    listener returned, then SIGTERM. Nothing runs, but the stop is still in progress: the leave
+    heartbeat goes only once the listener has returned (keepalives at the epoch meanwhile)."""
+    d = joined(ALL, epoch=1)
+    only_heartbeat(d.poll(INTERVAL))
+    d.answer(ok(1, EMPTY), at=INTERVAL + 5)
+    assert of_type(d.poll(), StopWork) == [StopWork(ALL, 1, "revoked")]
+    assert released(d, ALL) == ALL
+    assert d.running == EMPTY and d.stops
+    d.leave()
+    for t in range(d.now, d.now + 2 * INTERVAL, 10):
+        for req in heartbeats(d.poll(t)):
+            assert req.member_epoch == 1, "a leave while the listener still runs"
+            d.answer(ok(1), at=t + 1)
+    d.stopped()
+    leave = only_heartbeat(d.poll())
+    assert leave.member_epoch == -1
+
+
+def test_a_rejoin_waits_for_the_listener_even_when_everything_was_released_early() -> None:
+    d = joined(ALL, epoch=1)
+    only_heartbeat(d.poll(INTERVAL))
+    d.answer(ok(1, EMPTY), at=INTERVAL + 5)
+    d.poll()
+    released(d, ALL, at=d.now + GAP)
+    only_heartbeat(d.poll())
+    d.answer(error(ErrorCode.FENCED_MEMBER_EPOCH))
+    assert heartbeats(d.poll_until(d.now + 2 * INTERVAL, step=10)) == []
+    d.stopped()
+    join = only_heartbeat(d.poll())
+    assert (join.member_epoch, join.owned) == (JOIN_EPOCH, EMPTY)
+
+
 def test_membership_lost_during_a_partial_release_stops_the_rest_then_rejoins_empty() -> None:
     d = revoking()
     released(d, rs("C"), at=d.now + 100)
