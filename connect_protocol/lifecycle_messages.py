@@ -96,3 +96,57 @@ class ReportStatusResponse:
     lifecycle_revision: int = 0
     results: tuple[EntryResult, ...] = ()
     throttle_time_ms: int = 0
+
+
+# --- the operator's calls (ConnectGroupAdmin): target states and restarts -----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TargetStateRequest:
+    """PauseConnector, ResumeConnector or StopConnector: `target` says which."""
+
+    group_id: str
+    connector: str
+    target: TargetState
+    caller: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetStateResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    group_epoch: int = 0
+    previous_target_state: TargetState = TargetState.STARTED
+    changed: bool = False
+    rebalance_triggered: bool = False
+    holders_told: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRequest:
+    """RestartConnector (Connect's RestartRequest, KIP-745): the connector and, with
+    `include_tasks`, its tasks, or the one `task`; `only_failed` skips what is not FAILED."""
+
+    group_id: str
+    connector: str
+    task: int | None = None
+    include_tasks: bool = False
+    only_failed: bool = False
+    caller: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRestart:
+    """One resource a restart selected, its restart count after it, and its holder ("": none)."""
+
+    resource: Resource
+    restart_count: int
+    worker_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RestartResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    restarts: tuple[PlannedRestart, ...] = ()
+    group_epoch: int = 0

@@ -7,6 +7,122 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class PauseConnectorRequest(_message.Message):
+    __slots__ = ("group_id", "connector")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    connector: str
+    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ...) -> None: ...
+
+class PauseConnectorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "group_epoch", "previous_target_state", "changed", "rebalance_triggered", "holders_told")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_TARGET_STATE_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TRIGGERED_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_TOLD_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_epoch: int
+    previous_target_state: _common_pb2.TargetState
+    changed: bool
+    rebalance_triggered: bool
+    holders_told: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., previous_target_state: _Optional[_Union[_common_pb2.TargetState, str]] = ..., changed: _Optional[bool] = ..., rebalance_triggered: _Optional[bool] = ..., holders_told: _Optional[int] = ...) -> None: ...
+
+class ResumeConnectorRequest(_message.Message):
+    __slots__ = ("group_id", "connector")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    connector: str
+    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ...) -> None: ...
+
+class ResumeConnectorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "group_epoch", "previous_target_state", "changed", "rebalance_triggered", "holders_told")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_TARGET_STATE_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TRIGGERED_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_TOLD_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_epoch: int
+    previous_target_state: _common_pb2.TargetState
+    changed: bool
+    rebalance_triggered: bool
+    holders_told: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., previous_target_state: _Optional[_Union[_common_pb2.TargetState, str]] = ..., changed: _Optional[bool] = ..., rebalance_triggered: _Optional[bool] = ..., holders_told: _Optional[int] = ...) -> None: ...
+
+class StopConnectorRequest(_message.Message):
+    __slots__ = ("group_id", "connector")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    connector: str
+    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ...) -> None: ...
+
+class StopConnectorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "group_epoch", "previous_target_state", "changed", "rebalance_triggered", "holders_told")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_TARGET_STATE_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TRIGGERED_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_TOLD_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_epoch: int
+    previous_target_state: _common_pb2.TargetState
+    changed: bool
+    rebalance_triggered: bool
+    holders_told: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., previous_target_state: _Optional[_Union[_common_pb2.TargetState, str]] = ..., changed: _Optional[bool] = ..., rebalance_triggered: _Optional[bool] = ..., holders_told: _Optional[int] = ...) -> None: ...
+
+class RestartConnectorRequest(_message.Message):
+    __slots__ = ("group_id", "connector", "task", "include_tasks", "only_failed")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    ONLY_FAILED_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    connector: str
+    task: int
+    include_tasks: bool
+    only_failed: bool
+    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ..., task: _Optional[int] = ..., include_tasks: _Optional[bool] = ..., only_failed: _Optional[bool] = ...) -> None: ...
+
+class PlannedRestart(_message.Message):
+    __slots__ = ("connector", "task", "restart_count", "worker_id")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    restart_count: int
+    worker_id: str
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., restart_count: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
+
+class RestartConnectorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "restarts", "group_epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    restarts: _containers.RepeatedCompositeFieldContainer[PlannedRestart]
+    group_epoch: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[PlannedRestart, _Mapping]]] = ..., group_epoch: _Optional[int] = ...) -> None: ...
+
 class DescribeFeaturesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -324,7 +440,7 @@ class DescribedGroup(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., assignor_member_id: _Optional[str] = ..., assignor_unavailable_reason: _Optional[str] = ..., scheduled_rebalance_at_ms: _Optional[int] = ..., catalogue: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., last_assignment_error: _Optional[int] = ..., last_assignment_error_message: _Optional[str] = ..., coordinator_time_ms: _Optional[int] = ..., assignor_state: _Optional[bytes] = ..., lost_work_rebalance_at_ms: _Optional[int] = ..., next_wave_at_ms: _Optional[int] = ..., next_assignment_request_at_ms: _Optional[int] = ..., assignment_requested_epoch: _Optional[int] = ..., classic: _Optional[_Union[ClassicGroupDescription, _Mapping]] = ..., statuses: _Optional[_Iterable[_Union[ResourceStatus, _Mapping]]] = ...) -> None: ...
 
 class ResourceStatus(_message.Message):
-    __slots__ = ("connector", "task", "state", "worker_id", "worker_url", "trace", "restart_count", "fencing_token", "reported_at_ms")
+    __slots__ = ("connector", "task", "state", "worker_id", "worker_url", "trace", "restart_count", "fencing_token", "reported_at_ms", "auto_restart_attempts", "next_restart_at_ms", "auto_restarts_exhausted")
     CONNECTOR_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +450,9 @@ class ResourceStatus(_message.Message):
     RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REPORTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    AUTO_RESTART_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_RESTART_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    AUTO_RESTARTS_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     connector: str
     task: int
     state: _common_pb2.ResourceState
@@ -343,7 +462,10 @@ class ResourceStatus(_message.Message):
     restart_count: int
     fencing_token: int
     reported_at_ms: int
-    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ResourceState, str]] = ..., worker_id: _Optional[str] = ..., worker_url: _Optional[str] = ..., trace: _Optional[str] = ..., restart_count: _Optional[int] = ..., fencing_token: _Optional[int] = ..., reported_at_ms: _Optional[int] = ...) -> None: ...
+    auto_restart_attempts: int
+    next_restart_at_ms: int
+    auto_restarts_exhausted: bool
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ResourceState, str]] = ..., worker_id: _Optional[str] = ..., worker_url: _Optional[str] = ..., trace: _Optional[str] = ..., restart_count: _Optional[int] = ..., fencing_token: _Optional[int] = ..., reported_at_ms: _Optional[int] = ..., auto_restart_attempts: _Optional[int] = ..., next_restart_at_ms: _Optional[int] = ..., auto_restarts_exhausted: _Optional[bool] = ...) -> None: ...
 
 class ClassicGroupDescription(_message.Message):
     __slots__ = ("state", "generation_id", "protocol_type", "protocol_name", "leader_id", "leader_unavailable_reason", "pending_member_ids", "members_joined", "members_awaiting_sync", "rebalance_reason")

@@ -90,6 +90,26 @@ class ConnectGroupAdminStub:
                 request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
                 response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesResponse.FromString,
                 _registered_method=True)
+        self.PauseConnector = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/PauseConnector',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.PauseConnectorRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.PauseConnectorResponse.FromString,
+                _registered_method=True)
+        self.ResumeConnector = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/ResumeConnector',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.ResumeConnectorRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.ResumeConnectorResponse.FromString,
+                _registered_method=True)
+        self.StopConnector = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/StopConnector',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.StopConnectorRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.StopConnectorResponse.FromString,
+                _registered_method=True)
+        self.RestartConnector = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/RestartConnector',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupAdminServicer:
@@ -205,6 +225,59 @@ class ConnectGroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseConnector(self, request, context):
+        """Pauses a connector and its tasks (DESIGN 3.20, KIP-875's PAUSED target
+        state): everything stays assigned and counted for balance, nothing
+        moves and the group epoch is not bumped; the holders' lifecycle
+        revisions rise, so they fetch the new target state and pause. A pending
+        automatic restart of any of its resources is cancelled. Pausing a
+        STOPPED connector brings its tasks back, paused (the epoch is bumped).
+        Needs ALTER on the group. An unknown group is GROUP_ID_NOT_FOUND; an
+        unknown connector INVALID_REQUEST. A connector already PAUSED is
+        answered changed=false, and nothing is written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeConnector(self, request, context):
+        """Resumes a PAUSED or STOPPED connector (target state STARTED). Leaving
+        STOPPED bumps the group epoch (its tasks come back); leaving PAUSED moves
+        nothing and only raises the holders' revisions. As PauseConnector
+        otherwise.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopConnector(self, request, context):
+        """Stops a connector (KIP-875's STOPPED target state, Connect's
+        DistributedHerder.stopConnector): the connector stays assigned, counted
+        and reporting STOPPED; its tasks leave (its effective task count is 0,
+        its task_count is kept for resume). Entering STOPPED bumps the group
+        epoch. Pending automatic restarts are cancelled. As PauseConnector
+        otherwise.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestartConnector(self, request, context):
+        """Restarts a connector and, with include_tasks, its tasks, or the one task
+        named (DESIGN 3.20, KIP-745's RestartRequest); only_failed skips every
+        selected resource whose status is not FAILED. Each selected resource's
+        persisted restart count rises, its status reads RESTARTING and its
+        holder's lifecycle revision rises: the holder restarts it (stops and
+        starts it in place). Nothing moves; a resource that moves meanwhile
+        starts afresh on its new holder, which satisfies the request. Needs
+        ALTER on the group. An unknown group is GROUP_ID_NOT_FOUND; an unknown
+        or STOPPED connector, or a task index outside its task count,
+        INVALID_REQUEST.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -262,6 +335,26 @@ def add_ConnectGroupAdminServicer_to_server(servicer, server):
                     servicer.UpdateFeatures,
                     request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesRequest.FromString,
                     response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesResponse.SerializeToString,
+            ),
+            'PauseConnector': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseConnector,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.PauseConnectorRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.PauseConnectorResponse.SerializeToString,
+            ),
+            'ResumeConnector': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeConnector,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.ResumeConnectorRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.ResumeConnectorResponse.SerializeToString,
+            ),
+            'StopConnector': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopConnector,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.StopConnectorRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.StopConnectorResponse.SerializeToString,
+            ),
+            'RestartConnector': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestartConnector,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -562,6 +655,114 @@ class ConnectGroupAdmin:
             '/connect.group.v1.ConnectGroupAdmin/UpdateFeatures',
             connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
             connect_dot_group_dot_v1_dot_admin__pb2.UpdateFeaturesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseConnector(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/PauseConnector',
+            connect_dot_group_dot_v1_dot_admin__pb2.PauseConnectorRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.PauseConnectorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeConnector(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/ResumeConnector',
+            connect_dot_group_dot_v1_dot_admin__pb2.ResumeConnectorRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.ResumeConnectorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopConnector(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/StopConnector',
+            connect_dot_group_dot_v1_dot_admin__pb2.StopConnectorRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.StopConnectorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestartConnector(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/RestartConnector',
+            connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorResponse.FromString,
             options,
             channel_credentials,
             insecure,

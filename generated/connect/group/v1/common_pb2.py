@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63onnect/group/v1/common.proto\x12\x10\x63onnect.group.v1\"2\n\x0f\x43onnectorTaskId\x12\x11\n\tconnector\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\x05\"L\n\x0c\x46\x65ncingToken\x12\x11\n\tconnector\x18\x01 \x01(\t\x12\x11\n\x04task\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05token\x18\x03 \x01(\x03\x42\x07\n\x05_task\"Z\n\x12\x43onnectorsAndTasks\x12\x12\n\nconnectors\x18\x01 \x03(\t\x12\x30\n\x05tasks\x18\x02 \x03(\x0b\x32!.connect.group.v1.ConnectorTaskId\"}\n\x08\x41ssignor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0fminimum_version\x18\x02 \x01(\x05\x12\x17\n\x0fmaximum_version\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\x05\x12\x0f\n\x07version\x18\x05 \x01(\x05\x12\x10\n\x08metadata\x18\x06 \x01(\x0c\"=\n\x0c\x41ssignorList\x12-\n\tassignors\x18\x01 \x03(\x0b\x32\x1a.connect.group.v1.Assignor\"\xb4\x01\n\rConnectorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ntask_count\x18\x02 \x01(\x05\x12;\n\x06\x63onfig\x18\x03 \x03(\x0b\x32+.connect.group.v1.ConnectorSpec.ConfigEntry\x12\x15\n\rconfig_digest\x18\x04 \x01(\t\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8c\x01\n\x10MemberAssignment\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x42\n\x14\x63onnectors_and_tasks\x18\x02 \x01(\x0b\x32$.connect.group.v1.ConnectorsAndTasks\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12\x10\n\x08metadata\x18\x04 \x01(\x0c*\xeb\x05\n\tErrorCode\x12\x08\n\x04NONE\x10\x00\x12!\n\x14UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12 \n\x1c\x43OORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12\x1d\n\x19\x43OORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x13\n\x0fNOT_COORDINATOR\x10\x10\x12\x16\n\x12ILLEGAL_GENERATION\x10\x16\x12\x1f\n\x1bINCONSISTENT_GROUP_PROTOCOL\x10\x17\x12\x14\n\x10INVALID_GROUP_ID\x10\x18\x12\x15\n\x11UNKNOWN_MEMBER_ID\x10\x19\x12\x1b\n\x17INVALID_SESSION_TIMEOUT\x10\x1a\x12\x19\n\x15REBALANCE_IN_PROGRESS\x10\x1b\x12\x17\n\x13UNSUPPORTED_VERSION\x10#\x12\x1e\n\x1aGROUP_AUTHORIZATION_FAILED\x10\x1e\x12 \n\x1c\x43LUSTER_AUTHORIZATION_FAILED\x10\x1f\x12\x13\n\x0fINVALID_REQUEST\x10*\x12\x14\n\x10POLICY_VIOLATION\x10,\x12\x16\n\x12GROUP_ID_NOT_FOUND\x10\x45\x12\x16\n\x12MEMBER_ID_REQUIRED\x10O\x12\x1a\n\x16GROUP_MAX_SIZE_REACHED\x10Q\x12\x1d\n\x19THROTTLING_QUOTA_EXCEEDED\x10Y\x12\x1a\n\x16INVALID_UPDATE_VERSION\x10_\x12\x16\n\x12\x46\x45NCED_INSTANCE_ID\x10R\x12\x17\n\x13\x46\x45NCED_MEMBER_EPOCH\x10n\x12\x1a\n\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x17\n\x12\x43OMPUTE_ASSIGNMENT\x10\x91N\x12\x17\n\x12INVALID_ASSIGNMENT\x10\x92N\x12\x17\n\x12NOT_RESOURCE_OWNER\x10\x93N*H\n\x0bTargetState\x12\x12\n\x0eTARGET_STARTED\x10\x00\x12\x11\n\rTARGET_PAUSED\x10\x01\x12\x12\n\x0eTARGET_STOPPED\x10\x02*a\n\rResourceState\x12\x0e\n\nUNASSIGNED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\n\n\x06PAUSED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\x0b\n\x07STOPPED\x10\x04\x12\x0e\n\nRESTARTING\x10\x05\x42P\n\x12io.connectgroup.v1P\x01Z8example.com/connectgroup/gen/go/connect/group/v1;groupv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63onnect/group/v1/common.proto\x12\x10\x63onnect.group.v1\"2\n\x0f\x43onnectorTaskId\x12\x11\n\tconnector\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\x05\"L\n\x0c\x46\x65ncingToken\x12\x11\n\tconnector\x18\x01 \x01(\t\x12\x11\n\x04task\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05token\x18\x03 \x01(\x03\x42\x07\n\x05_task\"Z\n\x12\x43onnectorsAndTasks\x12\x12\n\nconnectors\x18\x01 \x03(\t\x12\x30\n\x05tasks\x18\x02 \x03(\x0b\x32!.connect.group.v1.ConnectorTaskId\"}\n\x08\x41ssignor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0fminimum_version\x18\x02 \x01(\x05\x12\x17\n\x0fmaximum_version\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\x05\x12\x0f\n\x07version\x18\x05 \x01(\x05\x12\x10\n\x08metadata\x18\x06 \x01(\x0c\"=\n\x0c\x41ssignorList\x12-\n\tassignors\x18\x01 \x03(\x0b\x32\x1a.connect.group.v1.Assignor\"\xe9\x01\n\rConnectorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ntask_count\x18\x02 \x01(\x05\x12;\n\x06\x63onfig\x18\x03 \x03(\x0b\x32+.connect.group.v1.ConnectorSpec.ConfigEntry\x12\x15\n\rconfig_digest\x18\x04 \x01(\t\x12\x33\n\x0ctarget_state\x18\x05 \x01(\x0e\x32\x1d.connect.group.v1.TargetState\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8c\x01\n\x10MemberAssignment\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x42\n\x14\x63onnectors_and_tasks\x18\x02 \x01(\x0b\x32$.connect.group.v1.ConnectorsAndTasks\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12\x10\n\x08metadata\x18\x04 \x01(\x0c*\xeb\x05\n\tErrorCode\x12\x08\n\x04NONE\x10\x00\x12!\n\x14UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12 \n\x1c\x43OORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12\x1d\n\x19\x43OORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x13\n\x0fNOT_COORDINATOR\x10\x10\x12\x16\n\x12ILLEGAL_GENERATION\x10\x16\x12\x1f\n\x1bINCONSISTENT_GROUP_PROTOCOL\x10\x17\x12\x14\n\x10INVALID_GROUP_ID\x10\x18\x12\x15\n\x11UNKNOWN_MEMBER_ID\x10\x19\x12\x1b\n\x17INVALID_SESSION_TIMEOUT\x10\x1a\x12\x19\n\x15REBALANCE_IN_PROGRESS\x10\x1b\x12\x17\n\x13UNSUPPORTED_VERSION\x10#\x12\x1e\n\x1aGROUP_AUTHORIZATION_FAILED\x10\x1e\x12 \n\x1c\x43LUSTER_AUTHORIZATION_FAILED\x10\x1f\x12\x13\n\x0fINVALID_REQUEST\x10*\x12\x14\n\x10POLICY_VIOLATION\x10,\x12\x16\n\x12GROUP_ID_NOT_FOUND\x10\x45\x12\x16\n\x12MEMBER_ID_REQUIRED\x10O\x12\x1a\n\x16GROUP_MAX_SIZE_REACHED\x10Q\x12\x1d\n\x19THROTTLING_QUOTA_EXCEEDED\x10Y\x12\x1a\n\x16INVALID_UPDATE_VERSION\x10_\x12\x16\n\x12\x46\x45NCED_INSTANCE_ID\x10R\x12\x17\n\x13\x46\x45NCED_MEMBER_EPOCH\x10n\x12\x1a\n\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x17\n\x12\x43OMPUTE_ASSIGNMENT\x10\x91N\x12\x17\n\x12INVALID_ASSIGNMENT\x10\x92N\x12\x17\n\x12NOT_RESOURCE_OWNER\x10\x93N*H\n\x0bTargetState\x12\x12\n\x0eTARGET_STARTED\x10\x00\x12\x11\n\rTARGET_PAUSED\x10\x01\x12\x12\n\x0eTARGET_STOPPED\x10\x02*a\n\rResourceState\x12\x0e\n\nUNASSIGNED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\n\n\x06PAUSED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\x0b\n\x07STOPPED\x10\x04\x12\x0e\n\nRESTARTING\x10\x05\x42P\n\x12io.connectgroup.v1P\x01Z8example.com/connectgroup/gen/go/connect/group/v1;groupv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,12 +34,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\022io.connectgroup.v1P\001Z8example.com/connectgroup/gen/go/connect/group/v1;groupv1'
   _globals['_CONNECTORSPEC_CONFIGENTRY']._loaded_options = None
   _globals['_CONNECTORSPEC_CONFIGENTRY']._serialized_options = b'8\001'
-  _globals['_ERRORCODE']._serialized_start=790
-  _globals['_ERRORCODE']._serialized_end=1537
-  _globals['_TARGETSTATE']._serialized_start=1539
-  _globals['_TARGETSTATE']._serialized_end=1611
-  _globals['_RESOURCESTATE']._serialized_start=1613
-  _globals['_RESOURCESTATE']._serialized_end=1710
+  _globals['_ERRORCODE']._serialized_start=843
+  _globals['_ERRORCODE']._serialized_end=1590
+  _globals['_TARGETSTATE']._serialized_start=1592
+  _globals['_TARGETSTATE']._serialized_end=1664
+  _globals['_RESOURCESTATE']._serialized_start=1666
+  _globals['_RESOURCESTATE']._serialized_end=1763
   _globals['_CONNECTORTASKID']._serialized_start=51
   _globals['_CONNECTORTASKID']._serialized_end=101
   _globals['_FENCINGTOKEN']._serialized_start=103
@@ -51,9 +51,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ASSIGNORLIST']._serialized_start=400
   _globals['_ASSIGNORLIST']._serialized_end=461
   _globals['_CONNECTORSPEC']._serialized_start=464
-  _globals['_CONNECTORSPEC']._serialized_end=644
-  _globals['_CONNECTORSPEC_CONFIGENTRY']._serialized_start=599
-  _globals['_CONNECTORSPEC_CONFIGENTRY']._serialized_end=644
-  _globals['_MEMBERASSIGNMENT']._serialized_start=647
-  _globals['_MEMBERASSIGNMENT']._serialized_end=787
+  _globals['_CONNECTORSPEC']._serialized_end=697
+  _globals['_CONNECTORSPEC_CONFIGENTRY']._serialized_start=652
+  _globals['_CONNECTORSPEC_CONFIGENTRY']._serialized_end=697
+  _globals['_MEMBERASSIGNMENT']._serialized_start=700
+  _globals['_MEMBERASSIGNMENT']._serialized_end=840
 # @@protoc_insertion_point(module_scope)

@@ -139,7 +139,7 @@ class AssignorList(_message.Message):
     def __init__(self, assignors: _Optional[_Iterable[_Union[Assignor, _Mapping]]] = ...) -> None: ...
 
 class ConnectorSpec(_message.Message):
-    __slots__ = ("name", "task_count", "config", "config_digest")
+    __slots__ = ("name", "task_count", "config", "config_digest", "target_state")
     class ConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -151,11 +151,13 @@ class ConnectorSpec(_message.Message):
     TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     CONFIG_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    TARGET_STATE_FIELD_NUMBER: _ClassVar[int]
     name: str
     task_count: int
     config: _containers.ScalarMap[str, str]
     config_digest: str
-    def __init__(self, name: _Optional[str] = ..., task_count: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., config_digest: _Optional[str] = ...) -> None: ...
+    target_state: TargetState
+    def __init__(self, name: _Optional[str] = ..., task_count: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., config_digest: _Optional[str] = ..., target_state: _Optional[_Union[TargetState, str]] = ...) -> None: ...
 
 class MemberAssignment(_message.Message):
     __slots__ = ("member_id", "connectors_and_tasks", "version", "metadata")
