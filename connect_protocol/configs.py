@@ -279,6 +279,34 @@ ASSIGNMENT_INTERVAL = IntConfig(
     doc="a new target computation is requested at most once per this interval; epoch bumps "
     "meanwhile are folded into it (0: at once)",
 )
+#: Automatic restarts of FAILED resources (DESIGN 3.20; beyond Connect, which never restarts a
+#: failed task by itself): at most this many consecutive automatic restarts per resource ...
+RESTART_FAILED_MAX_ATTEMPTS = IntConfig(
+    name="restart.failed.max.attempts",
+    default=10,
+    minimum=0,
+    maximum=1_000,
+    unit="attempts",
+    doc="consecutive automatic restarts of a resource reported FAILED (0: none); the count "
+    "resets once it has run for restart.failed.backoff.ms",
+    to_assignor=False,
+    group_types=EVERY_GROUP_TYPE,
+)
+#: ... the first after this long, each next one after twice the previous wait (at most
+#: RESTART_BACKOFF_CAP_MS).
+RESTART_FAILED_BACKOFF = IntConfig(
+    name="restart.failed.backoff.ms",
+    default=10_000,
+    minimum=0,
+    maximum=1_800_000,
+    doc="wait before the first automatic restart of a FAILED resource, doubling per attempt up "
+    "to 1800000; also how long RUNNING must last to reset the attempts",
+    to_assignor=False,
+    group_types=EVERY_GROUP_TYPE,
+)
+#: The longest wait between two automatic restarts.
+RESTART_BACKOFF_CAP_MS = 1_800_000
+
 #: Online migration between the protocols (DESIGN 3.19 "Migration policy", Kafka's
 #: group.consumer.migration.policy, here per group): which conversions of a non-empty group its
 #: joins may make. An empty group takes its first joiner's protocol under every policy.
@@ -307,6 +335,8 @@ GROUP_CONFIGS: tuple[GroupConfig, ...] = (
     ASSIGNMENT_INTERVAL,
     ASSIGNOR_PRINCIPAL_LIST,
     MIGRATION_POLICY,
+    RESTART_FAILED_MAX_ATTEMPTS,
+    RESTART_FAILED_BACKOFF,
 )
 BY_NAME: Mapping[str, GroupConfig] = {row.name: row for row in GROUP_CONFIGS}
 

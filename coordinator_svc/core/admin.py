@@ -26,6 +26,7 @@ from connect_protocol.errors import (
     InvalidRequest,
     PolicyViolation,
 )
+from connect_protocol.lifecycle_messages import TargetState
 from connect_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -45,7 +46,7 @@ from .validation import validate_alter_configs, validate_delete_connector, valid
 from .wire_size import prepare_bytes
 
 
-def _who(caller: str, principal: str | None) -> dict[str, str]:
+def who(caller: str, principal: str | None) -> dict[str, str]:
     """Who made an admin change, for its event (DESIGN 3.17): the caller's principal ("" when
     not known: a handler called without one) and network address (`caller`)."""
     return {"principal": principal or "", "caller": caller}
@@ -68,7 +69,11 @@ def put_connector(
     existing = change.connector(req.connector)
     config = MappingProxyType(dict(req.config))
     connector = Connector(
-        req.connector, req.task_count, config, config_digest(config, defaults.config_digest_key)
+        req.connector,
+        req.task_count,
+        config,
+        config_digest(config, defaults.config_digest_key),
+        TargetState.STARTED if existing is None else existing.target_state,  # a put keeps it
     )
     if existing is not None and existing == connector:
         return Result(change.records(), PutConnectorResponse(group_epoch=change.group_epoch))
@@ -102,9 +107,11 @@ def put_connector(
         config_changed=existing is None or dict(existing.config) != dict(req.config),
         config_digest=connector.config_digest,
         holders_told=told,
-        **_who(req.caller, principal),
+        **who(req.caller, principal),
     )
-    rebalance = existing is None or existing.task_count != req.task_count
+    # The epoch bumps when the effective task count changes (DESIGN 3.20): a STOPPED
+    # connector's new task_count is kept for resume and moves nothing.
+    rebalance = existing is None or existing.effective_task_count != connector.effective_task_count
     if rebalance:
         reason = "connector added" if existing is None else "connector task count changed"
         rebalance = catalogue_changed(change, reason, req.connector)
@@ -188,9 +195,7 @@ def delete_connector(
         return refused(DeleteConnectorResponse, error)
     change = GroupChange(state, req.group_id, now_ms, defaults)
     change.remove_connector(req.connector)
-    change.event(
-        EventType.CONNECTOR_DELETED, connector=req.connector, **_who(req.caller, principal)
-    )
+    change.event(EventType.CONNECTOR_DELETED, connector=req.connector, **who(req.caller, principal))
     catalogue_changed(change, "connector deleted", req.connector)
     return change.result(DeleteConnectorResponse(group_epoch=change.group_epoch))
 
@@ -230,7 +235,7 @@ def alter_configs(
             EventType.CONFIG_ALTERED,
             set=dict(req.set),
             unset=list(req.unset),
-            **_who(req.caller, principal),
+            **who(req.caller, principal),
         )
         if (
             not classic

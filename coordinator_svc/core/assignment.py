@@ -201,7 +201,9 @@ def finish_prepare(view: PrepareView | PrepareResponse) -> PrepareResponse:
         assignor_version=selection.version,
         members=members,
         catalogue=tuple(
-            ConnectorInfo(c.name, c.task_count, {})  # configs carry secrets; no assignor reads them
+            ConnectorInfo(
+                c.name, c.effective_task_count, {}
+            )  # configs carry secrets; no assignor reads them
             for c in sorted(view.catalogue, key=lambda c: c.name)
         ),
         assignment_epoch=target.assignment_epoch,

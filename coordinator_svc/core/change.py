@@ -216,8 +216,8 @@ class GroupChange:
         changes = [
             (
                 name,
-                None if name not in committed else committed[name].task_count,
-                None if connector is None else connector.task_count,
+                None if name not in committed else committed[name].effective_task_count,
+                None if connector is None else connector.effective_task_count,
             )
             for name, connector in self._connectors.items()
         ]
@@ -430,6 +430,13 @@ class GroupChange:
 
     def remove_connector(self, name: str) -> None:
         self._connectors[name] = None
+
+    def resource_status(self, connector: str, task: int) -> ResourceStatus | None:
+        """A resource's status with this change applied. O(1)."""
+        key = (connector, task)
+        if key in self._statuses:
+            return self._statuses[key]
+        return None if self.state is None else self.state.resource_status(connector, task)
 
     def put_status(self, connector: str, task: int, status: ResourceStatus | None) -> None:
         """Store (None: forget) a resource's status (DESIGN 3.20)."""

@@ -350,7 +350,9 @@ def join_answer(change: GroupChange, member_id: str) -> JoinGroupResponse:
     return replace(
         answer,
         members=tuple(shown),
-        catalogue=tuple(ConnectorInfo(c.name, c.task_count, _NO_CONFIG) for c in connectors),
+        catalogue=tuple(
+            ConnectorInfo(c.name, c.effective_task_count, _NO_CONFIG) for c in connectors
+        ),
         withheld=withheld,
         group_configs={
             SCHEDULED_REBALANCE_MAX_DELAY.name: str(change.config(SCHEDULED_REBALANCE_MAX_DELAY))

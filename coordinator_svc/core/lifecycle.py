@@ -22,7 +22,6 @@ from connect_protocol.lifecycle_messages import (
     ConfigsRequest,
     ConfigsResponse,
     HeldConnector,
-    TargetState,
 )
 from connect_protocol.resources import TaskId
 from connect_protocol.tokens import Resource
@@ -124,7 +123,7 @@ def configs(
                 connector=name,
                 config_digest=connector.config_digest,
                 config=None if known == connector.config_digest else connector.config,
-                target_state=TargetState.STARTED,
+                target_state=connector.target_state,
             )
         )
         for task, status in state.statuses.get(name, {}).items():

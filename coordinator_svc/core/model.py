@@ -23,11 +23,14 @@ from connect_protocol.configs import (
     REBALANCE_TIMEOUT,
     REBALANCE_WAVE_MAX,
     REBALANCE_WAVE_PAUSE,
+    RESTART_FAILED_BACKOFF,
+    RESTART_FAILED_MAX_ATTEMPTS,
     SCHEDULED_REBALANCE_MAX_DELAY,
     SESSION_TIMEOUT,
     Readable,
     read,
 )
+from connect_protocol.lifecycle_messages import TargetState
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
 from connect_protocol.messages import Assignor
 from connect_protocol.resources import (
@@ -70,6 +73,9 @@ class GroupConfigDefaults:
     assignor_principals: str = ASSIGNOR_PRINCIPAL_LIST.default
     #: Which conversions of a non-empty group are allowed (DESIGN 3.19).
     group_protocol_migration_policy: str = MIGRATION_POLICY.default
+    #: Automatic restarts of FAILED resources (DESIGN 3.20).
+    restart_failed_max_attempts: int = RESTART_FAILED_MAX_ATTEMPTS.default
+    restart_failed_backoff_ms: int = RESTART_FAILED_BACKOFF.default
     assignment_error_backoff_ms: int = 1_000
     max_group_size: int = 10_000
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -225,25 +231,46 @@ class ResourceStatus:
     restart_count: int = 0
     #: The trace's keyed digest ("" for none; `core.status.trace_digest`).
     trace_digest: str = ""
+    #: Consecutive automatic restarts (DESIGN 3.20): never above restart.failed.max.attempts,
+    #: reset by a RUNNING report that has lasted restart.failed.backoff.ms (`core.restarts`).
+    auto_attempts: int = 0
+    #: When the pending automatic restart is due (None: none pending). It counts only while
+    #: this status counts (its reporter holds the resource under `token`) and its connector
+    #: is STARTED; otherwise it is cancelled.
+    auto_restart_at_ms: int | None = None
+    #: Whether automatic restarts gave up on it: reported FAILED with its attempts at
+    #: restart.failed.max.attempts (> 0). Counted by `GroupState.exhausted` for /metrics.
+    auto_exhausted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Connector:
     """A connector of the catalogue. `config_digest` is computed once, when it is put
     (`connect_protocol.configs.config_digest` under `GroupConfigDefaults.config_digest_key`),
-    and read back from the store; it is no part of equality (the config is)."""
+    and read back from the store; it is no part of equality (the config is).
+
+    `target_state` (DESIGN 3.20, KIP-875) is set by Pause/Resume/StopConnector and kept by a
+    put. A STOPPED connector keeps `task_count` for resume; its tasks leave the group: every
+    assignment input (the catalogue's resources, Prepare, the classic leader's catalogue) sees
+    `effective_task_count`."""
 
     name: str
     task_count: int
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     config_digest: str = field(default="", compare=False)
+    target_state: TargetState = TargetState.STARTED
+
+    @property
+    def effective_task_count(self) -> int:
+        """The tasks that exist for assignment: 0 while STOPPED, else `task_count`."""
+        return 0 if self.target_state is TargetState.STOPPED else self.task_count
 
     def resources(self) -> ResourceSet:
-        return connector_resources(self.name, self.task_count)
+        return connector_resources(self.name, self.effective_task_count)
 
     def wire_bytes(self) -> int:
         """What this connector adds to a PrepareAssignment answer, at most."""
-        return connector_bytes(self.name, self.task_count, self.config)
+        return connector_bytes(self.name, self.effective_task_count, self.config)
 
     def config_bytes(self) -> int:
         """The UTF-8 bytes of its config's keys and values (what the config limits count)."""
@@ -404,6 +431,8 @@ class GroupState:
         self.statuses: dict[str, dict[int, ResourceStatus]] = {}
         #: How many stored statuses are in each state (a metrics scrape reads it: O(1)).
         self.status_counts: dict[StatusState, int] = {}
+        #: How many stored statuses automatic restarts gave up on (`auto_exhausted`).
+        self.exhausted = 0
 
     @property
     def target(self) -> TargetAssignment:
@@ -456,8 +485,9 @@ class GroupState:
         return self._catalogue_resources
 
     def _task_count(self, name: str) -> int | None:
+        """The connector's effective task count (what its resources are built from)."""
         connector = self.catalogue.get(name)
-        return None if connector is None else connector.task_count
+        return None if connector is None else connector.effective_task_count
 
     def _catalogue_changing(self, name: str) -> None:
         """Before connector `name` changes: keep the resources built so far as the base of the
@@ -494,7 +524,7 @@ class GroupState:
         old = self.catalogue.get(connector.name)
         if old is not None:
             self._count(old, -1)
-        if old is None or old.task_count != connector.task_count:
+        if old is None or old.effective_task_count != connector.effective_task_count:
             self._catalogue_changing(connector.name)
         self.catalogue[connector.name] = connector
         self._count(connector, 1)
@@ -630,6 +660,8 @@ class GroupState:
 
     def _count_status(self, status: ResourceStatus, sign: int) -> None:
         self.status_counts[status.state] = self.status_counts.get(status.state, 0) + sign
+        if status.auto_exhausted:
+            self.exhausted += sign
 
     def put_member_epoch(self, member: Member) -> None:
         """Replace a member whose epoch alone changed (an install's epoch-only move, DESIGN

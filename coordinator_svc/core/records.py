@@ -44,6 +44,13 @@ class EventType(StrEnum):
     #: Resources' statuses changed by a holder's report (DESIGN 3.20): `changes` [{connector,
     #: task?, state, previous_state, fencing_token, trace_digest?}]; traces only as digests.
     STATUS_CHANGED = "STATUS_CHANGED"
+    #: Pause-, Resume- or StopConnector changed a connector's target state (DESIGN 3.20):
+    #: target_state, previous_target_state, holders_told, auto_restarts_cancelled, and who.
+    CONNECTOR_TARGET_STATE_CHANGED = "CONNECTOR_TARGET_STATE_CHANGED"
+    #: Restarts requested (DESIGN 3.20): reason "manual" (RestartConnector: include_tasks,
+    #: only_failed, task?, who) or "auto" (attempt); restarts [{connector, task?,
+    #: restart_count, worker_id}].
+    CONNECTOR_RESTART_REQUESTED = "CONNECTOR_RESTART_REQUESTED"
     #: Calls denied by authorization, aggregated per principal and operation per interval,
     #: with a count and a sample of the groups (written by the authorizer, outside any group's
     #: commit; group_epoch -1; group id the one group named, else "").

@@ -17,6 +17,9 @@ REVOCATION = "revocation"
 ASSIGNOR = "assignor"
 SCHEDULED_REBALANCE = "scheduled-rebalance"
 HOLD = "hold"
+#: A resource's pending automatic restart (DESIGN 3.20), keyed "<connector>\x00<task>" (task -1:
+#: the connector itself); in groups of either type.
+AUTO_RESTART = "auto-restart"
 #: Classic groups (DESIGN 3.19; SESSION, REVOCATION and HOLD keep their kinds, with the classic
 #: meaning in a classic group): the join phase's deadline (the initial delay's steps, then the
 #: barrier at the largest member rebalance timeout), the sync deadline of a generation, and

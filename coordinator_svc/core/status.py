@@ -23,10 +23,12 @@ from connect_protocol.lifecycle_messages import (
     ReportStatusRequest,
     ReportStatusResponse,
     StatusEntry,
+    TargetState,
 )
 from connect_protocol.resources import TaskId
 from connect_protocol.tokens import Resource
 
+from .auto_restarts import with_auto_restart
 from .change import GroupChange
 from .lifecycle import acting_member
 from .model import (
@@ -154,6 +156,7 @@ def report_status(
         )
         if stored is not None and _same_report(stored, status):
             continue
+        status = with_auto_restart(change, connector, task, stored, status)
         change.put_status(connector, task, status)
         changes.append(_change_payload(entry, stored, status))
     if changes:
@@ -204,6 +207,11 @@ class StatusView:
     restart_count: int = 0
     token: int = 0
     reported_at_ms: int = 0
+    #: Automatic restarts (DESIGN 3.20): consecutive attempts, the next one's time if one is
+    #: pending and still applies, and whether they gave up.
+    auto_attempts: int = 0
+    next_restart_at_ms: int | None = None
+    auto_exhausted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +261,9 @@ def view_of(
     if stored is None:
         return StatusView(connector, task, StatusState.UNASSIGNED, worker, url)
     if counts(stored, holder, resource_of(connector, task)):
+        spec = state.catalogue.get(connector)
+        started = spec is not None and spec.target_state is TargetState.STARTED
+        failed = stored.state is StatusState.FAILED
         return StatusView(
             connector,
             task,
@@ -263,6 +274,9 @@ def view_of(
             stored.restart_count,
             stored.token,
             stored.reported_at_ms,
+            stored.auto_attempts,
+            stored.auto_restart_at_ms if failed and started else None,
+            stored.auto_exhausted and failed,
         )
     derived = StatusState.RESTARTING if stored.state is StatusState.RESTARTING else None
     return StatusView(
@@ -272,6 +286,7 @@ def view_of(
         worker,
         url,
         restart_count=stored.restart_count,
+        auto_attempts=stored.auto_attempts,
     )
 
 

@@ -1,18 +1,22 @@
-"""Timer expiries (DESIGN 3.7, 3.10, 3.13): each re-checks that it still applies, so a late or
-superseded timer does nothing. Also the timers to re-arm after a group is loaded."""
+"""Timer expiries (DESIGN 3.7, 3.10, 3.13, 3.20's automatic restarts): each re-checks that it
+still applies, so a late or superseded timer does nothing. Also the timers to re-arm after a
+group is loaded."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from .auto_restarts import auto_restart_timers
 from .change import GroupChange
 from .classic_timers import classic_after_load, on_classic_timer
+from .control import on_auto_restart_timer
 from .conversion import maybe_downgrade
 from .mixed_group import deadline_missed
 from .model import GroupConfigDefaults, GroupState, MemberState
 from .records import EventType
 from .results import (
     ASSIGNOR,
+    AUTO_RESTART,
     CLASSIC_MEMBER_DEADLINE,
     HOLD,
     REVOCATION,
@@ -27,6 +31,10 @@ from .results import (
 def on_timer(
     state: GroupState, key: TimerKey, now_ms: int, defaults: GroupConfigDefaults
 ) -> Result[None]:
+    if key[0] == AUTO_RESTART:  # groups of either type (DESIGN 3.20)
+        change = GroupChange(state, state.group_id, now_ms, defaults)
+        on_auto_restart_timer(change, key)
+        return Result(change.records(), None, change.timers)
     if state.meta.is_classic:
         return on_classic_timer(state, key, now_ms, defaults)
     kind, member_id = key
@@ -124,7 +132,7 @@ def timers_after_load(
     in the owner's memory); persisted deadlines keep their time. A classic group's come from
     `classic_after_load` (whose records the loader applies in memory first)."""
     if state.meta.is_classic:
-        return classic_after_load(state, now_ms, defaults)[1]
+        return classic_after_load(state, now_ms, defaults)[1] + auto_restart_timers(state)
     session = state.fencing_session_ms(now_ms, defaults)
     timers: list[ScheduleTimer] = []
     for m in state.members.values():
@@ -143,4 +151,4 @@ def timers_after_load(
         )
     for hold in meta.holds:
         timers.append(ScheduleTimer((HOLD, hold.member_id), hold.until_ms))
-    return timers
+    return timers + auto_restart_timers(state)

@@ -19,7 +19,13 @@ from connect_protocol.configs import (
 from connect_protocol.configs import MAX_ASSIGNOR_PRINCIPALS as MAX_ASSIGNOR_PRINCIPALS
 from connect_protocol.configs import MAX_PRINCIPAL_LENGTH as MAX_PRINCIPAL_LENGTH
 from connect_protocol.errors import InvalidRequest
-from connect_protocol.lifecycle_messages import ConfigsRequest, ReportedState, ReportStatusRequest
+from connect_protocol.lifecycle_messages import (
+    ConfigsRequest,
+    ReportedState,
+    ReportStatusRequest,
+    RestartRequest,
+    TargetStateRequest,
+)
 from connect_protocol.messages import (
     JOIN_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -199,6 +205,17 @@ def validate_configs_request(req: ConfigsRequest) -> None:
         _check_text(digest, "KnownDigests' digest", MAX_DIGEST_LENGTH)
 
 
+def validate_target_state(req: TargetStateRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.connector, "Connector")
+
+
+def validate_restart(req: RestartRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _check_name(req.connector, "Connector")
+    _require(req.task is None or req.task >= 0, f"Task must be >= 0 (got {req.task}).")
+
+
 def validate_report_status(req: ReportStatusRequest) -> None:
     _check_name(req.group_id, "GroupId")
     _check_name(req.member_id, "MemberId")
@@ -311,6 +328,8 @@ Request = (
     | AlterConfigsRequest
     | ConfigsRequest
     | ReportStatusRequest
+    | TargetStateRequest
+    | RestartRequest
 )
 
 
@@ -335,6 +354,10 @@ def validate_request(req: Request) -> None:
             validate_configs_request(req)
         case ReportStatusRequest():
             validate_report_status(req)
+        case TargetStateRequest():
+            validate_target_state(req)
+        case RestartRequest():
+            validate_restart(req)
 
 
 def validate_lengths(req: Request, max_id_length: int, max_url_length: int) -> None:

@@ -132,6 +132,10 @@ class AsyncAdminServicer(_Pooled):
     RemoveAcl = _pooled("RemoveAcl")
     DescribeFeatures = _pooled("DescribeFeatures")
     UpdateFeatures = _pooled("UpdateFeatures")
+    PauseConnector = _pooled("PauseConnector")
+    ResumeConnector = _pooled("ResumeConnector")
+    StopConnector = _pooled("StopConnector")
+    RestartConnector = _pooled("RestartConnector")
 
 
 #: A delivered JoinGroup answer naming more members than this (a leader's, with every member's

@@ -13,6 +13,14 @@ from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 from connect_protocol.configs import ASSIGNMENT_INTERVAL, HIDDEN_VALUE
 from connect_protocol.errors import ErrorCode, InvalidRequest
+from connect_protocol.lifecycle_messages import (
+    RestartRequest,
+    RestartResponse,
+    TargetState,
+    TargetStateRequest,
+    TargetStateResponse,
+)
+from connect_protocol.lifecycle_wire import TARGET_STATE_NUMBERS
 from connect_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -180,7 +188,11 @@ def described_group(
     for c in sorted(state.catalogue.values(), key=lambda c: c.name):
         config = dict(c.config) if config_values else dict.fromkeys(c.config, HIDDEN_VALUE)
         out.catalogue.add(
-            name=c.name, task_count=c.task_count, config=config, config_digest=c.config_digest
+            name=c.name,
+            task_count=c.task_count,
+            config=config,
+            config_digest=c.config_digest,
+            target_state=cast(common_pb2.TargetState, TARGET_STATE_NUMBERS[c.target_state]),
         )
     out.group_configs.update({**defaults.as_map(), **state.configs})
     for m in sorted(state.members.values(), key=lambda m: m.member_id):
@@ -213,9 +225,13 @@ def described_group(
                 restart_count=v.restart_count,
                 fencing_token=v.token,
                 reported_at_ms=v.reported_at_ms,
+                auto_restart_attempts=v.auto_attempts,
+                auto_restarts_exhausted=v.auto_exhausted,
             )
             if v.task != CONNECTOR_TASK:
                 entry.task = v.task
+            if v.next_restart_at_ms is not None:
+                entry.next_restart_at_ms = v.next_restart_at_ms
     return out
 
 
@@ -406,3 +422,64 @@ def updated_feature(change: FeatureChange) -> admin_pb2.UpdateFeaturesResponse:
         finalized_level=change.level,
         changed=change.changed,
     )
+
+
+# --- target states and restarts (DESIGN 3.20) -------------------------------------------------
+
+TargetStateMessage = (
+    admin_pb2.PauseConnectorRequest
+    | admin_pb2.ResumeConnectorRequest
+    | admin_pb2.StopConnectorRequest
+)
+TargetStateAnswer = (
+    admin_pb2.PauseConnectorResponse
+    | admin_pb2.ResumeConnectorResponse
+    | admin_pb2.StopConnectorResponse
+)
+
+
+def target_state_request(
+    msg: TargetStateMessage, target: TargetState, caller: str
+) -> TargetStateRequest:
+    return TargetStateRequest(msg.group_id, msg.connector, target, caller)
+
+
+def target_state_response(
+    answer: Callable[..., TargetStateAnswer], resp: TargetStateResponse
+) -> TargetStateAnswer:
+    return answer(
+        error_code=wire_code(resp.error_code),
+        error_message=resp.error_message,
+        group_epoch=resp.group_epoch,
+        previous_target_state=TARGET_STATE_NUMBERS[resp.previous_target_state],
+        changed=resp.changed,
+        rebalance_triggered=resp.rebalance_triggered,
+        holders_told=resp.holders_told,
+    )
+
+
+def restart_request(msg: admin_pb2.RestartConnectorRequest, caller: str) -> RestartRequest:
+    return RestartRequest(
+        msg.group_id,
+        msg.connector,
+        msg.task if msg.HasField("task") else None,
+        msg.include_tasks,
+        msg.only_failed,
+        caller,
+    )
+
+
+def restart_response(resp: RestartResponse) -> admin_pb2.RestartConnectorResponse:
+    out = admin_pb2.RestartConnectorResponse(
+        error_code=wire_code(resp.error_code),
+        error_message=resp.error_message,
+        group_epoch=resp.group_epoch,
+    )
+    for p in resp.restarts:
+        entry = out.restarts.add(restart_count=p.restart_count, worker_id=p.worker_id)
+        if isinstance(p.resource, str):
+            entry.connector = p.resource
+        else:
+            entry.connector = p.resource.connector
+            entry.task = p.resource.task
+    return out

@@ -24,7 +24,7 @@ from connect_protocol.errors import (
     InvalidRequest,
     ThrottlingQuotaExceeded,
 )
-from connect_protocol.lifecycle_messages import ReportStatusRequest
+from connect_protocol.lifecycle_messages import ReportStatusRequest, TargetState
 from connect_protocol.logs import fields
 from connect_protocol.messages import (
     JOIN_EPOCH,
@@ -43,6 +43,7 @@ from ..core.assignment import (
     plan_install,
     start_prepare,
 )
+from ..core.control import restart_connector, set_target_state
 from ..core.features import check_update
 from ..core.heartbeat import heartbeat
 from ..core.lifecycle import configs
@@ -479,6 +480,69 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             delete_connector,
             convert.delete_connector_response,
             functools.partial(convert.error_answer, admin_pb2.DeleteConnectorResponse),
+            Operation.ALTER,
+        )
+
+    def PauseConnector(
+        self, request: admin_pb2.PauseConnectorRequest, context: Context
+    ) -> admin_pb2.PauseConnectorResponse:
+        answer: admin_pb2.PauseConnectorResponse = self._target_state(
+            "PauseConnector", request, context, TargetState.PAUSED, admin_pb2.PauseConnectorResponse
+        )
+        return answer
+
+    def ResumeConnector(
+        self, request: admin_pb2.ResumeConnectorRequest, context: Context
+    ) -> admin_pb2.ResumeConnectorResponse:
+        answer: admin_pb2.ResumeConnectorResponse = self._target_state(
+            "ResumeConnector",
+            request,
+            context,
+            TargetState.STARTED,
+            admin_pb2.ResumeConnectorResponse,
+        )
+        return answer
+
+    def StopConnector(
+        self, request: admin_pb2.StopConnectorRequest, context: Context
+    ) -> admin_pb2.StopConnectorResponse:
+        answer: admin_pb2.StopConnectorResponse = self._target_state(
+            "StopConnector", request, context, TargetState.STOPPED, admin_pb2.StopConnectorResponse
+        )
+        return answer
+
+    def _target_state(
+        self,
+        rpc: str,
+        request: convert.TargetStateMessage,
+        context: Context,
+        target: TargetState,
+        answer: Callable[..., Any],
+    ) -> Any:
+        """Pause-, Resume- and StopConnector (DESIGN 3.20): ALTER on the group."""
+        return self._serve(
+            rpc,
+            context,
+            request,
+            lambda msg: convert.target_state_request(msg, target, context.peer()),
+            set_target_state,
+            functools.partial(convert.target_state_response, answer),
+            functools.partial(convert.error_answer, answer),
+            Operation.ALTER,
+        )
+
+    def RestartConnector(
+        self, request: admin_pb2.RestartConnectorRequest, context: Context
+    ) -> admin_pb2.RestartConnectorResponse:
+        """Restarts (DESIGN 3.20, KIP-745): ALTER on the group."""
+        return self._serve(
+            "RestartConnector",
+            context,
+            request,
+            lambda msg: convert.restart_request(msg, context.peer()),
+            restart_connector,
+            convert.restart_response,
+            functools.partial(convert.error_answer, admin_pb2.RestartConnectorResponse),
             Operation.ALTER,
         )
 

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from connect_protocol.classic_messages import ClassicProtocol, ConnectWorkerMetadata
+from connect_protocol.lifecycle_messages import TargetState
 from connect_protocol.messages import Assignor
 from connect_protocol.resources import ResourceSet
 from coordinator_svc.core.classic_model import (
@@ -439,6 +440,7 @@ def connector_row(group_id: str, connector: Connector) -> dict[str, Any]:
         "task_count": connector.task_count,
         "config": dict(connector.config),
         "config_digest": connector.config_digest,
+        "target_state": connector.target_state.value,
     }
 
 
@@ -449,6 +451,7 @@ def connector_from_row(row: Row) -> Connector:
         task_count=row["task_count"],
         config=MappingProxyType({str(k): str(v) for k, v in config.items()}),
         config_digest=row["config_digest"] or "",
+        target_state=TargetState(row["target_state"] or TargetState.STARTED.value),
     )
 
 
@@ -544,6 +547,9 @@ def status_row(group_id: str, connector: str, task: int, status: ResourceStatus)
         "trace": status.trace,
         "trace_digest": status.trace_digest,
         "reported_at_ms": status.reported_at_ms,
+        "auto_attempts": status.auto_attempts,
+        "auto_restart_at_ms": status.auto_restart_at_ms,
+        "auto_exhausted": status.auto_exhausted,
     }
 
 
@@ -559,6 +565,11 @@ def statuses_from_rows(group_id: str, status_rows: Iterable[Row]) -> StatusRecor
                 trace=row["trace"] or "",
                 restart_count=int(row["restart_count"] or 0),
                 trace_digest=row["trace_digest"] or "",
+                auto_attempts=int(row["auto_attempts"] or 0),
+                auto_restart_at_ms=(
+                    None if row["auto_restart_at_ms"] is None else int(row["auto_restart_at_ms"])
+                ),
+                auto_exhausted=bool(row["auto_exhausted"]),
             )
             for row in status_rows
         },

@@ -27,6 +27,8 @@ GROUP_TYPES = (GROUP_TYPE_CONNECT, GROUP_TYPE_CLASSIC)
 MEMBER_STATES = ("STABLE", "UNREVOKED", "UNRELEASED", "LEFT")
 #: What a resource's status row may hold (UNASSIGNED is derived when read, never stored).
 RESOURCE_STATES = ("RUNNING", "PAUSED", "FAILED", "STOPPED", "RESTARTING")
+#: The connectors' target states (`connect_protocol.lifecycle_messages.TargetState`).
+TARGET_STATES = ("STARTED", "PAUSED", "STOPPED")
 CLASSIC_STATES = ("EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE")
 
 
@@ -192,6 +194,12 @@ class ConnectorRow(Base):
     """One connector of the catalogue (`Connector`)."""
 
     __tablename__ = "connectors"
+    __table_args__ = (
+        sa.CheckConstraint(
+            "target_state IN (" + ", ".join(f"'{s}'" for s in TARGET_STATES) + ")",
+            name="target_state",
+        ),
+    )
 
     group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), _group_fk(), primary_key=True)
     name: Mapped[str] = mapped_column(sa.String, primary_key=True)
@@ -200,6 +208,8 @@ class ConnectorRow(Base):
     # `connect_protocol.configs.config_digest(config)`: what the audit export keeps instead of
     # the values (configs carry secrets).
     config_digest: Mapped[str] = mapped_column(sa.String(80), server_default="")
+    # Pause/Resume/StopConnector's target state (DESIGN 3.20); a put keeps it.
+    target_state: Mapped[str] = mapped_column(sa.String(16), server_default="STARTED")
 
 
 class ResourceStatusRow(Base):
@@ -227,6 +237,11 @@ class ResourceStatusRow(Base):
     # and the STATUS_CHANGED events carry instead of the text (traces may carry secrets).
     trace_digest: Mapped[str] = mapped_column(sa.String(80), server_default="")
     reported_at_ms: Mapped[int] = mapped_column(sa.BigInteger)
+    # Automatic restarts (DESIGN 3.20): consecutive attempts, when the next is due (NULL: none
+    # pending), and whether they gave up (attempts reached restart.failed.max.attempts).
+    auto_attempts: Mapped[int] = mapped_column(sa.Integer, server_default="0")
+    auto_restart_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger)
+    auto_exhausted: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
 
 
 class TargetAssignmentRow(Base):

@@ -173,11 +173,17 @@ def test_prepare_returns_everything_the_assignor_needs() -> None:
     assert prepared.assignment_epoch == 5
     assert prepared.target == (MemberTarget("w1", W1_SHARE), MemberTarget("w2", W2_SHARE))
     assert prepared.assignor_state == b"blob"
-    assert prepared.group_configs == {  # what assignors read: not assignor.principals
+    assert prepared.group_configs == {  # what assignors read: not the coordinator's own
         **{
             k: v
             for k, v in DEFAULTS.as_map().items()
-            if k not in ("assignor.principals", "group.protocol.migration.policy")
+            if k
+            not in (
+                "assignor.principals",
+                "group.protocol.migration.policy",
+                "restart.failed.max.attempts",
+                "restart.failed.backoff.ms",
+            )
         },
         "session.timeout.ms": "2000",
     }

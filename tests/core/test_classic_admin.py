@@ -16,6 +16,8 @@ from connect_protocol.configs import (
     ASSIGNOR_PRINCIPALS,
     GROUP_CONFIGS,
     MIGRATION_POLICY,
+    RESTART_FAILED_BACKOFF,
+    RESTART_FAILED_MAX_ATTEMPTS,
     SCHEDULED_REBALANCE_MAX_DELAY_MS,
     SESSION_TIMEOUT_MS,
     applies_to,
@@ -72,6 +74,8 @@ def test_the_table_has_keys_of_both_kinds() -> None:
         SCHEDULED_REBALANCE_MAX_DELAY_MS,
         ASSIGNOR_PRINCIPALS,
         MIGRATION_POLICY.name,
+        RESTART_FAILED_MAX_ATTEMPTS.name,
+        RESTART_FAILED_BACKOFF.name,
     }
 
 

@@ -20,6 +20,8 @@ from connect_protocol.configs import (
     GROUP_TYPE_CONNECT,
     HEARTBEAT_INTERVAL,
     MIGRATION_POLICY,
+    RESTART_FAILED_BACKOFF,
+    RESTART_FAILED_MAX_ATTEMPTS,
     SCHEDULED_REBALANCE_MAX_DELAY,
     SESSION_TIMEOUT,
     IntConfig,
@@ -127,6 +129,8 @@ def test_each_row_names_the_group_types_it_applies_to() -> None:
         SCHEDULED_REBALANCE_MAX_DELAY.name,
         ASSIGNOR_PRINCIPAL_LIST.name,
         MIGRATION_POLICY.name,
+        RESTART_FAILED_MAX_ATTEMPTS.name,  # the coordinator's automatic restarts (DESIGN 3.20)
+        RESTART_FAILED_BACKOFF.name,
     }
     for row in GROUP_CONFIGS:
         assert row.group_types <= EVERY_GROUP_TYPE and applies_to(row, GROUP_TYPE_CONNECT)
