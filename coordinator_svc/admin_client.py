@@ -185,6 +185,60 @@ def delete_connector_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+#: `pause`, `resume`, `stop`: the RPC and what the connector becomes.
+_TARGET_STATE_RPCS = {
+    "pause": ("PauseConnector", "paused"),
+    "resume": ("ResumeConnector", "resumed"),
+    "stop": ("StopConnector", "stopped"),
+}
+
+
+def target_state_cmd(args: argparse.Namespace) -> int:
+    """pause, resume, stop (DESIGN 3.20)."""
+    from connect.group.v1 import admin_pb2, common_pb2
+
+    rpc, done = _TARGET_STATE_RPCS[args.command]
+    request = getattr(admin_pb2, f"{rpc}Request")(group_id=args.group, connector=args.connector)
+    resp = _call_owner(args, args.group, rpc, request)
+    if _check(resp):
+        return 1
+    previous = common_pb2.TargetState.Name(resp.previous_target_state).removeprefix("TARGET_")
+    if not resp.changed:
+        print(f"connector {printable(args.connector)}: already {previous}; nothing changed")
+        return 0
+    print(
+        f"connector {printable(args.connector)} {done} (was {previous}); "
+        f"{resp.holders_told} worker(s) told; group epoch {resp.group_epoch}"
+        f"{' (rebalance triggered)' if resp.rebalance_triggered else ''}"
+    )
+    return 0
+
+
+def restart_cmd(args: argparse.Namespace) -> int:
+    """restart (DESIGN 3.20, KIP-745): prints the plan."""
+    from connect.group.v1 import admin_pb2
+
+    request = admin_pb2.RestartConnectorRequest(
+        group_id=args.group,
+        connector=args.connector,
+        include_tasks=args.include_tasks,
+        only_failed=args.only_failed,
+    )
+    if args.task is not None:
+        request.task = args.task
+    resp = _call_owner(args, args.group, "RestartConnector", request)
+    if _check(resp):
+        return 1
+    if not resp.restarts:
+        print(f"connector {printable(args.connector)}: nothing to restart")
+        return 0
+    for p in resp.restarts:
+        name = f"{p.connector}-{p.task}" if p.HasField("task") else p.connector
+        worker = printable(p.worker_id) or "(unassigned: its next holder starts it)"
+        print(f"{printable(name)}: restart {p.restart_count} requested; worker {worker}")
+    return 0
+
+
 def alter_configs_cmd(args: argparse.Namespace) -> int:
     from connect.group.v1 import admin_pb2
 

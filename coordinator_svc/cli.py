@@ -31,6 +31,8 @@ from .admin_client import (
     features_cmd,
     list_groups,
     put_connector_cmd,
+    restart_cmd,
+    target_state_cmd,
 )
 from .core.model import GroupConfigDefaults
 from .core.principals import MappingRulesError, PrincipalSource, parse_mapping_rules
@@ -729,12 +731,56 @@ def build_parser() -> argparse.ArgumentParser:
     dc = client("delete-connector", "remove a connector and its tasks")
     dc.add_argument("group")
     dc.add_argument("connector")
+    _add_lifecycle(client)
     ac = client("alter-configs", "set or unset a group's configurations")
     ac.add_argument("group")
     ac.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ac.add_argument("--unset", action="append", default=[], metavar="KEY")
     _add_features(sub, client)
     return parser
+
+
+def _add_lifecycle(client: Callable[..., argparse.ArgumentParser]) -> None:
+    """pause, resume, stop and restart (DESIGN 3.20, KIP-875, KIP-745): ALTER on the group."""
+    for name, help_, description in (
+        (
+            "pause",
+            "pause a connector and its tasks (they stay assigned; nothing moves)",
+            "Set the connector's target state to PAUSED (PauseConnector): its holders are "
+            "told and pause it and its tasks, which stay assigned and counted for balance; "
+            "the group epoch is not bumped. Pending automatic restarts are cancelled.",
+        ),
+        (
+            "resume",
+            "resume a paused or stopped connector",
+            "Set the connector's target state to STARTED (ResumeConnector). Resuming a "
+            "STOPPED connector brings its tasks back (a rebalance); a PAUSED one moves nothing.",
+        ),
+        (
+            "stop",
+            "stop a connector: it stays assigned reporting STOPPED, its tasks leave",
+            "Set the connector's target state to STOPPED (StopConnector, KIP-875): the "
+            "connector stays assigned and reports STOPPED, its tasks leave the group (a "
+            "rebalance); its task count is kept for resume.",
+        ),
+    ):
+        p = client(name, help_, description=description)
+        p.add_argument("group")
+        p.add_argument("connector")
+    r = client(
+        "restart",
+        "restart a connector, its tasks, or one task (Connect's restart API)",
+        description="Request a restart (RestartConnector, KIP-745): of the connector, with "
+        "--include-tasks of its tasks too, or of the one --task; --only-failed skips what is "
+        "not FAILED. Each selected resource's restart count rises and it reads RESTARTING "
+        "until its holder reports; its holder stops and starts it in place (nothing moves). "
+        "Prints the plan: each resource, its restart count and the worker restarting it.",
+    )
+    r.add_argument("group")
+    r.add_argument("connector")
+    r.add_argument("--task", type=int, default=None, help="restart only this task (its index)")
+    r.add_argument("--include-tasks", action="store_true", help="the connector's tasks too")
+    r.add_argument("--only-failed", action="store_true", help="only what reads FAILED")
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -795,6 +841,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list-groups": list_groups,
     "put-connector": put_connector_cmd,
     "delete-connector": delete_connector_cmd,
+    "pause": target_state_cmd,
+    "resume": target_state_cmd,
+    "stop": target_state_cmd,
+    "restart": restart_cmd,
     "alter-configs": alter_configs_cmd,
     "features": features_cmd,
     "acl": acl_cmd,

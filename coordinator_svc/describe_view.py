@@ -114,7 +114,12 @@ def _classic_members(group: Any) -> list[tuple[str, ...]]:
 def _common_tail(group: Any, lines: list[str], group_type: str | None = None) -> None:
     """The catalogue and the configurations; with `group_type`, only the configurations that
     apply to groups of that type (a classic group's members choose their own timeouts)."""
-    catalogue = ", ".join(f"{_p(c.name)} ({c.task_count} tasks)" for c in group.catalogue)
+    catalogue = ", ".join(
+        f"{_p(c.name)} ({c.task_count} tasks"
+        + ("" if c.target_state == 0 else f", {_target_name(c.target_state)}")
+        + ")"
+        for c in group.catalogue
+    )
     lines.append(f"  catalogue: {catalogue or 'empty'}")
     for c in group.catalogue:
         if c.config:
@@ -228,19 +233,41 @@ def _state_name(number: int) -> str:
     return str(common_pb2.ResourceState.Name(number))
 
 
+def _target_name(number: int) -> str:
+    from connect.group.v1 import common_pb2
+
+    return str(common_pb2.TargetState.Name(number)).removeprefix("TARGET_")
+
+
+def _auto_restart(s: Any, now_ms: int) -> str:
+    """What automatic restarts (DESIGN 3.20) are doing about a resource, if anything."""
+    if s.HasField("next_restart_at_ms"):
+        wait_s = max(0, s.next_restart_at_ms - now_ms) / 1000
+        return f"  automatic restart {s.auto_restart_attempts + 1} in {wait_s:.1f} s"
+    if s.auto_restarts_exhausted:
+        return f"  automatic restarts exhausted ({s.auto_restart_attempts}): restart it by hand"
+    return ""
+
+
 def _status_lines(group: Any) -> list[str]:
     """One line per connector and task (its tasks indented under it), traces indented below."""
     lines = ["  statuses:"]
+    targets = {c.name: _target_name(c.target_state) for c in group.catalogue}
     for s in group.statuses:
         task = s.HasField("task")
         name = f"{_p(s.connector)}-{s.task}" if task else _p(s.connector)
         what = "task" if task else "connector"
+        target = targets.get(s.connector, "STARTED")
+        targeted = f"  (target {target})" if not task and target != "STARTED" else ""
         worker = f"  worker {_p(s.worker_id)}" if s.worker_id else ""
         if s.worker_url:
             worker += f" ({_p(s.worker_url)})"
         restarts = f"  restarts {s.restart_count}" if s.restart_count else ""
         indent = "      " if task else "    "
-        lines.append(f"{indent}{what} {name}  {_state_name(s.state)}{worker}{restarts}")
+        lines.append(
+            f"{indent}{what} {name}  {_state_name(s.state)}{targeted}{worker}{restarts}"
+            f"{_auto_restart(s, group.coordinator_time_ms)}"
+        )
         for trace_line in s.trace.splitlines():
             lines.append(f"{indent}  | {_p(trace_line)}")
     return lines

@@ -60,6 +60,8 @@ class GroupStats:
     oldest_rebalance_timeouts: Mapping[GroupStatus, float] = field(default_factory=dict)
     #: Stored resource statuses by state (DESIGN 3.20), every group together.
     statuses: Mapping[str, int] = field(default_factory=dict)
+    #: Resources whose automatic restarts gave up (FAILED, attempts at the maximum).
+    restarts_exhausted: int = 0
 
 
 GroupStatsSource = Callable[[], GroupStats]
@@ -119,6 +121,13 @@ class _GroupCollector(Collector):
         for state in STATUS_STATES:
             statuses.add_metric([state], stats.statuses.get(state, 0))
         yield statuses
+        yield GaugeMetricFamily(
+            "coordinator_auto_restarts_exhausted",
+            "Connectors and tasks of the groups this process owns that reported FAILED with "
+            "their automatic restarts spent (restart.failed.max.attempts in a row, DESIGN "
+            "3.20): nothing restarts them until an operator does (coordinator-svc restart).",
+            value=stats.restarts_exhausted,
+        )
 
 
 ParkedSource = Callable[[], Mapping[str, int]]
@@ -176,6 +185,12 @@ class Metrics:
             "coordinator_rebalances",
             "Group epoch bumps, by reason.",
             ["reason"],
+            registry=self.registry,
+        )
+        self.automatic_restarts = Counter(
+            "coordinator_automatic_restarts",
+            "Restarts the coordinator requested by itself of connectors and tasks reported "
+            "FAILED (DESIGN 3.20, restart.failed.max.attempts).",
             registry=self.registry,
         )
         self.assignment_computations = Counter(

@@ -449,6 +449,11 @@ class GroupCommit:
                     self.metrics.assignment_computations.labels("installed").inc()
                 elif record.event_type is EventType.ASSIGNOR_FAILED:
                     self.metrics.assignment_computations.labels("failed").inc()
+                elif (
+                    record.event_type is EventType.CONNECTOR_RESTART_REQUESTED
+                    and payload.get("reason") == "auto"
+                ):
+                    self.metrics.automatic_restarts.inc()
                 message = record.event_type.value.lower().replace("_", " ")
                 log.info(message, extra=fields(**line))
             except Exception:

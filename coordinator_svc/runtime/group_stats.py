@@ -28,6 +28,7 @@ def group_stats(
     oldest_ms: dict[GroupStatus, int] = {}
     overdue: dict[GroupStatus, float] = {}
     statuses: dict[str, int] = {}
+    exhausted = 0
     for owned in groups:
         state = owned.state
         if state is None:
@@ -45,6 +46,7 @@ def group_stats(
             continue
         for resource_state, n in list(state.status_counts.items()):
             statuses[resource_state.value] = statuses.get(resource_state.value, 0) + n
+        exhausted += state.exhausted
         by_state[status] = by_state.get(status, 0) + 1
         members += count
         if status not in UNSETTLED:
@@ -66,4 +68,5 @@ def group_stats(
         oldest_rebalance_s={s: ms / 1000 for s, ms in oldest_ms.items()},
         oldest_rebalance_timeouts=overdue,
         statuses=statuses,
+        restarts_exhausted=exhausted,
     )

@@ -777,6 +777,27 @@ def _alert_tests() -> list[Obj]:
             ],
         },
         {
+            # Automatic restarts spent: in `connect` from 2m on (firing 5 minutes after the
+            # evaluation at 2m); in `connect2` for 3 minutes only (an operator restarted it).
+            "interval": "15s",
+            "input_series": [
+                _series("coordinator_auto_restarts_exhausted", "0x8 2x100", **POD),
+                _series(
+                    "coordinator_auto_restarts_exhausted",
+                    "0x8 1x12 0x100",
+                    **{**POD, "namespace": "connect2"},
+                ),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "6m", "alertname": "ConnectAutoRestartsExhausted", "exp_alerts": []},
+                {
+                    "eval_time": "8m",
+                    "alertname": "ConnectAutoRestartsExhausted",
+                    "exp_alerts": [{"exp_labels": {**sev_w, **ns}}],
+                },
+            ],
+        },
+        {
             # The audit export's last success 37 hours ago.
             "interval": "1h",
             "input_series": [
