@@ -19,7 +19,12 @@ from connect_protocol.lifecycle_messages import (
     ConfigsResponse,
     ReportStatusRequest,
     ReportStatusResponse,
+    RestartRequest,
+    RestartResponse,
     StatusEntry,
+    TargetState,
+    TargetStateRequest,
+    TargetStateResponse,
 )
 from connect_protocol.messages import (
     AlterConfigsRequest,
@@ -41,6 +46,7 @@ from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core import replay
 from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
 from coordinator_svc.core.assignment import install_assignment, plan_install, prepare_assignment
+from coordinator_svc.core.control import restart_connector, set_target_state
 from coordinator_svc.core.heartbeat import heartbeat
 from coordinator_svc.core.lifecycle import configs
 from coordinator_svc.core.model import GroupConfigDefaults, GroupState, GroupStatus, Member
@@ -289,6 +295,22 @@ class GroupHarness:
         req = DeleteConnectorRequest(self.group_id, name, "test")
         return self._run(lambda s: delete_connector(s, req, self.now_ms, self.defaults))
 
+    def set_target_state(self, name: str, target: TargetState) -> TargetStateResponse:
+        """Pause-, Resume- or StopConnector (DESIGN 3.20)."""
+        req = TargetStateRequest(self.group_id, name, target, "test")
+        return self._run(lambda s: set_target_state(s, req, self.now_ms, self.defaults))
+
+    def restart(
+        self,
+        name: str,
+        task: int | None = None,
+        include_tasks: bool = False,
+        only_failed: bool = False,
+    ) -> RestartResponse:
+        """RestartConnector (DESIGN 3.20)."""
+        req = RestartRequest(self.group_id, name, task, include_tasks, only_failed, "test")
+        return self._run(lambda s: restart_connector(s, req, self.now_ms, self.defaults))
+
     def alter_configs(
         self, set: Mapping[str, str] | None = None, unset: Iterable[str] = ()
     ) -> AlterConfigsResponse:
@@ -424,13 +446,17 @@ class GroupHarness:
                 s.target.next_wave_at_ms,
             ),
             "members": dict(s.members),
-            "catalogue": {name: (c.task_count, dict(c.config)) for name, c in s.catalogue.items()},
+            "catalogue": {
+                name: (c.task_count, dict(c.config), c.target_state)
+                for name, c in s.catalogue.items()
+            },
             "configs": dict(s.configs),
             "connector_owner": dict(s.connector_owner),
             "task_owner": dict(s.task_owner),
             "instance_owner": dict(s.instance_owner),
             "statuses": {c: dict(by_task) for c, by_task in s.statuses.items()},
             "status_counts": {k: v for k, v in s.status_counts.items() if v},
+            "exhausted": s.exhausted,
         }
 
     def rebuilt(self) -> dict[str, Any]:

@@ -261,10 +261,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         if prepared.error_code != ErrorCode.NONE:
             return
         shares: dict[str, list[Resource]] = {m: [] for m in joined}
-        catalogue = {c.name for c in prepared.catalogue}
+        # Effective task counts (DESIGN 3.20: a STOPPED connector's tasks are not offered).
+        catalogue = {c.name: c.task_count for c in prepared.catalogue}
         for resource, owner in zip(RESOURCES, owners, strict=True):
             name = resource if isinstance(resource, str) else resource.connector
-            if name in catalogue:
+            if name in catalogue and (isinstance(resource, str) or resource.task < catalogue[name]):
                 shares[joined[owner % len(joined)]].append(resource)
         targets = {
             m: ResourceSet.of(
