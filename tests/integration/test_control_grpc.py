@@ -8,6 +8,7 @@ gRPC server on 127.0.0.1, real database) driven by scripted workers."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from tests.integration.test_lifecycle_grpc import (
     tokens,
 )
 from tests.support.client import ScriptedWorker, parse
-from tests.support.coordinator import InProcessCoordinator, Stubs
+from tests.support.coordinator import InProcessCoordinator, Stubs, run_cli
 
 
 def pause(stubs: Stubs, connector: str) -> Any:
@@ -285,3 +286,44 @@ def test_automatic_restarts_back_off_give_up_and_a_pause_cancels_them(database_u
         assert statuses(stubs)["A"].restart_count == 0
         (changed,) = events(coord, "CONNECTOR_TARGET_STATE_CHANGED")
         assert changed["payload"]["auto_restarts_cancelled"] == 1
+
+
+def test_the_cli_pauses_stops_resumes_and_restarts_and_status_shows_it(database_url: str) -> None:
+    with InProcessCoordinator(database_url) as coord:
+        assert coord.stubs is not None
+        stubs = coord.stubs
+        alter(stubs, restart_failed_backoff_ms="60000", restart_failed_max_attempts="1")
+        w1, _w2 = formed(stubs)
+        t = tokens(w1)
+        address = ("--coordinator", coord.address)
+
+        paused = run_cli("pause", GROUP, "A", *address)
+        assert paused.returncode == 0, paused.stderr
+        assert "connector A paused (was STARTED); 1 worker(s) told" in paused.stdout
+        again = run_cli("pause", GROUP, "A", *address)
+        assert "already PAUSED; nothing changed" in again.stdout
+        described = run_cli("describe", GROUP, *address)
+        assert "A (1 tasks, PAUSED)" in described.stdout
+        assert run_cli("resume", GROUP, "A", *address).returncode == 0
+
+        report(w1, entry("A", t[("A", 0)], common_pb2.FAILED, task=0, trace="boom"))
+        shown = run_cli("status", GROUP, *address)
+        assert "task A-0  FAILED  worker w1" in shown.stdout
+        assert re.search(r"automatic restart 1 in (59\.\d|60\.0) s", shown.stdout)  # 60 s
+        planned = run_cli("restart", GROUP, "A", "--include-tasks", "--only-failed", *address)
+        assert planned.returncode == 0, planned.stderr
+        assert planned.stdout.strip() == "A-0: restart 1 requested; worker w1"
+        assert (
+            "task A-0  RESTARTING  worker w1  restarts 1"
+            in run_cli("status", GROUP, *address).stdout
+        )
+        report(w1, entry("A", t[("A", 0)], common_pb2.FAILED, task=0, trace="boom again"))
+        exhausted = run_cli("status", GROUP, *address).stdout
+        assert "automatic restarts exhausted (1)" not in exhausted  # the manual one was not auto
+        refused = run_cli("restart", GROUP, "nope", *address)
+        assert refused.returncode == 1 and "not in the catalogue" in refused.stderr
+
+        stopped = run_cli("stop", GROUP, "B", *address)
+        assert "(rebalance triggered)" in stopped.stdout
+        shown = run_cli("status", GROUP, *address).stdout
+        assert "connector B  UNASSIGNED  (target STOPPED)  worker w2" in shown
