@@ -135,6 +135,25 @@ def test_stopping_a_connector_revokes_its_tasks_and_keeps_it_assigned() -> None:
     assert held.target_state is TargetState.STOPPED
 
 
+def test_on_a_classic_group_stopping_starts_a_rebalance_and_pausing_does_not() -> None:
+    """DESIGN 3.19/3.20: where a connect group's epoch would bump, a classic group with members
+    starts a rebalance (the leader's next catalogue carries the effective count)."""
+    from coordinator_svc.core.classic_model import ClassicState
+    from tests.core.test_conversions import classic_group
+
+    h = classic_group(members=2, generation=4)
+    h.set_target_state("A", TargetState.PAUSED)
+    state = h.state
+    assert state is not None and state.meta.classic is not None
+    assert state.meta.classic.state is ClassicState.STABLE  # pausing moves nothing
+    assert h.last_events(EventType.CLASSIC_REBALANCE_STARTED) == []
+    answer = h.set_target_state("A", TargetState.STOPPED)
+    assert answer.rebalance_triggered
+    assert state.meta.classic.state is ClassicState.PREPARING_REBALANCE
+    (started,) = h.last_events(EventType.CLASSIC_REBALANCE_STARTED)
+    assert started.payload["connector"] == "A"
+
+
 # --- restarts ----------------------------------------------------------------------------------
 
 
