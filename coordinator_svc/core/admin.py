@@ -42,6 +42,7 @@ from .lifecycle import tell_holders
 from .model import Connector, GroupConfigDefaults, GroupState
 from .records import EventType
 from .results import Result, refused
+from .status import drop_task_statuses
 from .validation import validate_alter_configs, validate_delete_connector, validate_put_connector
 from .wire_size import prepare_bytes
 
@@ -96,6 +97,8 @@ def put_connector(
             )
             return Result([], PutConnectorResponse(too_large.code, too_large.message))
     change.put_connector(connector)
+    if existing is not None and connector.effective_task_count < existing.effective_task_count:
+        drop_task_statuses(change, req.connector, connector.effective_task_count)
     told = 0
     if existing is not None and existing.config_digest != connector.config_digest:
         told = tell_holders(change, existing)  # their revisions rise (DESIGN 3.20)

@@ -50,7 +50,7 @@ from .model import (
 )
 from .records import EventType
 from .results import Result, TimerKey, refused
-from .status import holder_of, key_of, resource_of, view_of
+from .status import drop_task_statuses, holder_of, key_of, resource_of, view_of
 from .validation import validate_restart, validate_target_state
 
 #: Restart reasons, as CONNECTOR_RESTART_REQUESTED events name them.
@@ -99,6 +99,8 @@ def set_target_state(
     change.put_connector(after)
     told = tell_holders(change, before)
     cancelled = 0 if req.target is TargetState.STARTED else _cancel_auto_restarts(change, before)
+    if after.target_state is TargetState.STOPPED:
+        drop_task_statuses(change, req.connector, 0)  # its tasks leave the group
     change.event(
         EventType.CONNECTOR_TARGET_STATE_CHANGED,
         connector=req.connector,

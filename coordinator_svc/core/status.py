@@ -290,6 +290,22 @@ def view_of(
     )
 
 
+def drop_task_statuses(change: GroupChange, connector: str, from_task: int) -> int:
+    """Forget the stored statuses of the connector's tasks numbered `from_task` and up: they no
+    longer exist (a lower task count, or STOPPED), so they must neither show nor be counted
+    (a FAILED one would keep an alert firing). O(the connector's stored statuses). Returns how
+    many were dropped."""
+    state = change.state
+    dropped = 0
+    if state is None:
+        return 0
+    for task in sorted(state.statuses.get(connector, {})):
+        if task >= from_task and task != CONNECTOR_TASK:
+            change.put_status(connector, task, None)
+            dropped += 1
+    return dropped
+
+
 def views(state: GroupState, owners: Owners | None = None) -> list[StatusView]:
     """Every connector and task of the catalogue with its status, by connector, the connector
     first. O(the catalogue's resources). `owners`: the owner indexes to read (a copy taken
@@ -298,6 +314,6 @@ def views(state: GroupState, owners: Owners | None = None) -> list[StatusView]:
     out: list[StatusView] = []
     for name in sorted(state.catalogue):
         out.append(view_of(state, name, CONNECTOR_TASK, index))
-        tasks = range(state.catalogue[name].task_count)
+        tasks = range(state.catalogue[name].effective_task_count)  # a STOPPED one has none
         out.extend(view_of(state, name, t, index) for t in tasks)
     return out

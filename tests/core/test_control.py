@@ -24,7 +24,7 @@ from connect_protocol.resources import ResourceSet, TaskId
 from connect_protocol.tokens import Resource
 from coordinator_svc.core.model import CONNECTOR_TASK, GroupConfigDefaults, StatusState
 from coordinator_svc.core.records import EventType
-from coordinator_svc.core.status import holder_of, view_of
+from coordinator_svc.core.status import holder_of, view_of, views
 from tests.core.harness import GroupHarness, rs, stable_group
 from tests.core.test_lifecycle import CATALOGUE, LifecycleMachine, move
 
@@ -124,7 +124,11 @@ def test_the_epoch_bumps_exactly_on_entering_or_leaving_stopped_and_counts_are_e
 
 
 def test_stopping_a_connector_revokes_its_tasks_and_keeps_it_assigned() -> None:
-    h = group()
+    h = group(**{"restart.failed.max.attempts": "0"})
+    fail(h, "w1", TaskId("A", 1))  # a failed task of a stopped connector is no longer shown
+    running(h, "w2", TaskId("B", 0))
+    state = h.state
+    assert state is not None and state.status_counts[StatusState.FAILED] == 1
     h.set_target_state("A", TargetState.STOPPED)
     h.compute("w1", {"w1": rs("A"), "w2": rs("B", "B-0")})
     for _ in range(3):
@@ -133,6 +137,12 @@ def test_stopping_a_connector_revokes_its_tasks_and_keeps_it_assigned() -> None:
     assert h.member("w1").owned == rs("A")
     (held,) = h.configs("w1").connectors
     assert held.target_state is TargetState.STOPPED
+    assert [(v.connector, v.task) for v in views(state)] == [("A", -1), ("B", -1), ("B", 0)]
+    assert state.status_counts.get(StatusState.FAILED, 0) == 0  # nor counted (alerts)
+    assert state.resource_status("B", 0) is not None
+    h.put_connector("B", 0)  # a lower task count drops the statuses of the tasks gone too
+    assert state.resource_status("B", 0) is None
+    assert h.dump() == h.rebuilt()
 
 
 def test_on_a_classic_group_stopping_starts_a_rebalance_and_pausing_does_not() -> None:
