@@ -109,6 +109,19 @@ def _refusal(member: Member, entry: StatusEntry, stored: ResourceStatus | None) 
     return f"{_name(resource)} is not held by this member."
 
 
+def _gone(state: GroupState, connector: str, task: int) -> str | None:
+    """Why a resource no longer exists, if it does not: its connector was deleted, or it is a
+    task beyond the connector's effective count (a lower task count, or STOPPED). Its holder
+    may still run it until it is revoked; its reports must not bring a status back."""
+    spec = state.catalogue.get(connector)
+    if spec is None:
+        return f"connector {connector!r} was deleted."
+    if task != CONNECTOR_TASK and task >= spec.effective_task_count:
+        why = "is STOPPED" if spec.target_state is TargetState.STOPPED else "has fewer tasks now"
+        return f"task {connector}-{task} no longer exists: connector {connector!r} {why}."
+    return None
+
+
 def _name(resource: Resource) -> str:
     if isinstance(resource, str):
         return f"connector {resource!r}"
@@ -139,7 +152,7 @@ def report_status(
     for entry in req.entries:
         connector, task = key_of(entry.resource)
         stored = state.resource_status(connector, task)
-        why = _refusal(member, entry, stored)
+        why = _gone(state, connector, task) or _refusal(member, entry, stored)
         if why is not None:
             results.append(EntryResult(entry.resource, ErrorCode.NOT_RESOURCE_OWNER, why))
             continue

@@ -139,6 +139,9 @@ def test_stopping_a_connector_revokes_its_tasks_and_keeps_it_assigned() -> None:
     assert held.target_state is TargetState.STOPPED
     assert [(v.connector, v.task) for v in views(state)] == [("A", -1), ("B", -1), ("B", 0)]
     assert state.status_counts.get(StatusState.FAILED, 0) == 0  # nor counted (alerts)
+    late = h.report("w1", StatusEntry(TaskId("A", 1), 1, ReportedState.FAILED, "late"))
+    assert late.results[0].error_code is ErrorCode.NOT_RESOURCE_OWNER  # nothing comes back
+    assert "STOPPED" in late.results[0].error_message
     assert state.resource_status("B", 0) is not None
     h.put_connector("B", 0)  # a lower task count drops the statuses of the tasks gone too
     assert state.resource_status("B", 0) is None

@@ -302,8 +302,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         counted = answer.results[0].error_code == ErrorCode.NONE
         event("report counted" if counted else "report refused")
         held_now = m.tokens.get(resource) == token
-        if held_now:
+        spec = self.h.state.catalogue.get(  # type: ignore[union-attr]
+            resource if isinstance(resource, str) else resource.connector
+        )
+        exists = spec is not None and (
+            isinstance(resource, str) or resource.task < spec.effective_task_count
+        )
+        if held_now and exists:
             assert counted
+        if not exists:  # a deleted connector's, or a STOPPED one's task (DESIGN 3.20)
+            assert not counted
         if not _held(resource, m.assigned) and not _held(resource, m.pending_revocation):
             assert not counted
 
