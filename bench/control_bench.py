@@ -33,11 +33,18 @@ for extra in (REPO, REPO / "generated"):
 
 from connect.group.v1 import admin_pb2  # noqa: E402
 
-from bench.lifecycle_bench import LONG_MS, install, ms, settle  # noqa: E402
+from bench.lifecycle_bench import (  # noqa: E402
+    LONG_MS,
+    install,
+    ms,
+    print_table,
+    run_sizes,
+    settle,
+)
 from connect_protocol.errors import ErrorCode  # noqa: E402
 from tests.support.client import IC, ScriptedWorker  # noqa: E402
 from tests.support.coordinator import CoordinatorProcess, Stubs  # noqa: E402
-from tests.support.pgcluster import ThrowawayCluster, create_database  # noqa: E402
+from tests.support.pgcluster import create_database  # noqa: E402
 
 GROUP = "lifecycle-bench"  # the group lifecycle_bench's helpers name
 RESULTS = REPO / "bench" / "results"
@@ -155,27 +162,21 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", default="100,300,1000", help="tasks of connector big, per run")
     a = p.parse_args()
-    sizes = [int(s) for s in a.sizes.split(",")]
-    cluster = ThrowawayCluster()
-    cluster.start()
-    try:
-        rows = [run_size(cluster.url, n) for n in sizes]
-    finally:
-        cluster.stop()
-    heads = [
-        ("tasks", f"tasks of big (over {MEMBERS} members)"),
-        ("pause_ms", "PauseConnector big ms (one commit)"),
-        ("resume_ms", "ResumeConnector big ms"),
-        ("solo_pause_ms", "PauseConnector solo (1 holder) ms (baseline)"),
-        ("config_change_ms", "config change of big ms (baseline, issue 28)"),
-        ("restart_all_ms", "RestartConnector big --include-tasks ms"),
-        ("stop_ms", "StopConnector big ms (epoch bump)"),
-        ("resume_from_stop_ms", "ResumeConnector from STOPPED ms (epoch bump)"),
-        ("moved_by_pausing", "members whose work pausing moved"),
-    ]
-    width = max(len(label) for _, label in heads)
-    for key, label in heads:
-        print(label.ljust(width) + "".join(f" | {row[key]:>9.1f}" for row in rows))
+    rows = run_sizes(run_size, [int(s) for s in a.sizes.split(",")])
+    print_table(
+        [
+            ("tasks", f"tasks of big (over {MEMBERS} members)"),
+            ("pause_ms", "PauseConnector big ms (one commit)"),
+            ("resume_ms", "ResumeConnector big ms"),
+            ("solo_pause_ms", "PauseConnector solo (1 holder) ms (baseline)"),
+            ("config_change_ms", "config change of big ms (baseline, issue 28)"),
+            ("restart_all_ms", "RestartConnector big --include-tasks ms"),
+            ("stop_ms", "StopConnector big ms (epoch bump)"),
+            ("resume_from_stop_ms", "ResumeConnector from STOPPED ms (epoch bump)"),
+            ("moved_by_pausing", "members whose work pausing moved"),
+        ],
+        rows,
+    )
     return 0
 
 

@@ -256,17 +256,30 @@ def run_size(cluster_url: str, n: int) -> dict[str, float]:
         proc.close()
 
 
+def run_sizes(
+    run: Callable[[str, int], dict[str, float]], sizes: list[int]
+) -> list[dict[str, float]]:
+    """`run(cluster_url, size)` for each size, on one throwaway PostgreSQL."""
+    cluster = ThrowawayCluster()
+    cluster.start()
+    try:
+        return [run(cluster.url, n) for n in sizes]
+    finally:
+        cluster.stop()
+
+
+def print_table(heads: list[tuple[str, str]], rows: list[Row]) -> None:
+    """One line per (key, label), a column per row (size)."""
+    width = max(len(label) for _, label in heads)
+    for key, label in heads:
+        print(label.ljust(width) + "".join(f" | {row[key]:>9.1f}" for row in rows))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", default="100,300,1000", help="members per run")
     a = p.parse_args()
-    sizes = [int(s) for s in a.sizes.split(",")]
-    cluster = ThrowawayCluster()
-    cluster.start()
-    try:
-        rows = [run_size(cluster.url, n) for n in sizes]
-    finally:
-        cluster.stop()
+    rows = run_sizes(run_size, [int(s) for s in a.sizes.split(",")])
     heads = [
         ("members", "members (holders of fan)"),
         ("fan_put_ms", "config change of fan (N holders) ms"),
@@ -280,9 +293,7 @@ def main() -> int:
         ("rebalance_tasks_moved", "tasks moved by the rebalance"),
         ("rebalance_status_rows_written", "status rows it wrote"),
     ]
-    width = max(len(label) for _, label in heads)
-    for key, label in heads:
-        print(label.ljust(width) + "".join(f" | {row[key]:>9.1f}" for row in rows))
+    print_table(heads, rows)
     return 0
 
 
