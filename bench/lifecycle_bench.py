@@ -268,7 +268,7 @@ def run_sizes(
         cluster.stop()
 
 
-def print_table(heads: list[tuple[str, str]], rows: list[Row]) -> None:
+def print_table(heads: list[tuple[str, str]], rows: list[dict[str, float]]) -> None:
     """One line per (key, label), a column per row (size)."""
     width = max(len(label) for _, label in heads)
     for key, label in heads:
