@@ -47,6 +47,7 @@ from .lifecycle import (
     ConfigChanges,
     ConnectorConfig,
     StatusBook,
+    WorkLedger,
     reported_state_for,
     resource_name,
 )
@@ -115,6 +116,8 @@ class ControlPlane:
         self._cond = threading.Condition()
         self.cache = ConfigCache()
         self.book = StatusBook()
+        #: Restart counts acted on, target states applied, failed starts (DESIGN 3.20).
+        self.ledger = WorkLedger()
         # Guarded by _cond:
         self._joins = 0
         self._seen: int | None = None  # the revision of the latest answer
@@ -193,28 +196,69 @@ class ControlPlane:
         with self._cond:
             return self.cache.for_resources(resources)
 
+    def restart_counts_for(self, resources: ResourceSet) -> dict[Resource, int]:
+        """The restart counts of these resources in the last answer (what a start acts on)."""
+        with self._cond:
+            counts = self.cache.restart_counts
+            return {r: counts[r] for r in _each(resources) if r in counts}
+
     def started(
         self,
         resources: ResourceSet,
         configs: Mapping[str, ConnectorConfig],
         tokens: FencingTokens,
+        counts: Mapping[Resource, int] | None = None,
     ) -> None:
-        """The `assigned` call for these resources succeeded with `configs`: they run with
-        those digests, and report RUNNING (PAUSED, STOPPED as targeted)."""
+        """The `assigned` call for these resources succeeded with `configs` and the restart
+        `counts` read with them: they run with those digests, and report RUNNING (PAUSED,
+        STOPPED as targeted)."""
         with self._cond:
             self._apply(resources, configs)
+            self.ledger.started(resources, counts or {}, _targets(configs), ok=True)
             for resource in _each(resources):
                 held = configs.get(_connector(resource))
                 target = held.target_state if held is not None else TargetState.STARTED
                 self._set(resource, reported_state_for(target, resource), "", tokens)
             self._cond.notify_all()
 
-    def start_failed(self, resources: ResourceSet, tokens: FencingTokens, trace: str) -> None:
-        """The `assigned` call for these resources failed (it is retried): report FAILED with
-        the hook's output."""
+    def start_failed(
+        self,
+        resources: ResourceSet,
+        tokens: FencingTokens,
+        trace: str,
+        counts: Mapping[Resource, int] | None = None,
+        configs: Mapping[str, ConnectorConfig] | None = None,
+    ) -> None:
+        """The `assigned` call for these resources failed (made once: it runs again only on a
+        restart): report FAILED with the hook's output."""
         with self._cond:
+            self.ledger.started(resources, counts or {}, _targets(configs or {}), ok=False)
             for resource in _each(resources):
                 self._set(resource, ReportedState.FAILED, trace, tokens)
+            self._cond.notify_all()
+
+    def due(self, running: ResourceSet) -> tuple[ResourceSet, dict[TargetState, ResourceSet]]:
+        """What the last answer asks of `running`: the resources to restart, and the target
+        state changes to apply (see `WorkLedger`)."""
+        with self._cond:
+            confirmed = self.cache.confirmed
+            targets = {
+                name: held.target_state
+                for name in confirmed
+                if (held := self.cache.get(name)) is not None
+            }
+            restarts = self.ledger.due_restarts(running, self.cache.restart_counts)
+            return restarts, self.ledger.target_changes(running, targets)
+
+    def target_applied(
+        self, resources: ResourceSet, target: TargetState, tokens: FencingTokens
+    ) -> None:
+        """A `paused`, `resumed` or `stopped` call for these resources returned: report PAUSED,
+        RUNNING or STOPPED."""
+        with self._cond:
+            self.ledger.applied(resources, target)
+            for resource in _each(resources):
+                self._set(resource, reported_state_for(target, resource), "", tokens)
             self._cond.notify_all()
 
     def reconfigured(self, resources: ResourceSet, configs: Mapping[str, ConnectorConfig]) -> None:
@@ -227,15 +271,20 @@ class ControlPlane:
         run with: the `reconfigured` call to make."""
         with self._cond:
             confirmed = self.cache.confirmed
+            failed = self.ledger.failed  # a failed start runs nothing to reconfigure
             connectors = [
                 c
                 for c in running.connectors
-                if c in confirmed and self._applied.get(c) != self.cache.digest_of(c)
+                if c in confirmed
+                and self._applied.get(c) != self.cache.digest_of(c)
+                and not failed(c)
             ]
             tasks = [
                 t
                 for t in running.tasks
-                if t.connector in confirmed and self._applied.get(t) != self.cache.digest_of(t)
+                if t.connector in confirmed
+                and self._applied.get(t) != self.cache.digest_of(t)
+                and not failed(t)
             ]
         return ResourceSet.of(connectors, tasks) if connectors or tasks else EMPTY
 
@@ -245,6 +294,7 @@ class ControlPlane:
             for resource in _each(resources):
                 self._applied.pop(resource, None)
             self.book.forget(resources)
+            self.ledger.forget(resources)
 
     def report(self, resource: Resource, state: ReportedState, trace: str, token: int) -> None:
         """A worker's own report (POST /status, in-process): sent with the next report."""
@@ -527,6 +577,10 @@ class ControlPlane:
 _EPOCH_MOVED = frozenset(
     {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION}
 )
+
+
+def _targets(configs: Mapping[str, ConnectorConfig]) -> dict[str, TargetState]:
+    return {name: c.target_state for name, c in configs.items()}
 
 
 def _each(resources: ResourceSet) -> list[Resource]:

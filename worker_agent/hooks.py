@@ -234,6 +234,8 @@ class ExecHookListener:
     def on_reconfigured(self, event: RebalanceEvent) -> None:
         self._run(event)
 
+    on_paused = on_resumed = on_stopped = on_reconfigured
+
     def _child_env(self, event: RebalanceEvent) -> dict[str, str]:
         return {
             **os.environ,
@@ -454,6 +456,8 @@ class WebhookListener:
 
     def on_reconfigured(self, event: RebalanceEvent) -> None:
         self._post(event)
+
+    on_paused = on_resumed = on_stopped = on_reconfigured
 
     def _post_each(self, event: RebalanceEvent) -> None:
         """One POST per resource, `concurrency` at a time; release each on its 2xx."""

@@ -32,6 +32,7 @@ __all__ = [
     "ConnectorConfig",
     "ResourceNotHeld",
     "StatusBook",
+    "WorkLedger",
     "configs_json",
     "connectors_of",
     "mask_values",
@@ -234,6 +235,90 @@ def reported_state_for(target: TargetState, resource: Resource) -> ReportedState
     if target is TargetState.STOPPED:
         return ReportedState.STOPPED if isinstance(resource, str) else ReportedState.PAUSED
     return ReportedState.RUNNING
+
+
+class WorkLedger:
+    """What the agent did last about each resource the worker holds (DESIGN 3.20 "Target
+    states", "Restarts"): the restart count it acted on, the target state it applied, and
+    whether its last start failed. Pure: the control plane asks it what is due after each
+    ConnectGroupConfigs answer.
+
+    A grant records the count of the answer its start used (a fresh start satisfies every
+    earlier restart request: a move or a resent answer repeats nothing); a later answer with a
+    higher count makes the resource due for a restart. A target state other than the one
+    applied makes a running resource due for `paused`, `resumed` or `stopped` (STOPPED: the
+    connector only; its tasks are revoked through the assignment). A resource whose start failed
+    gets no target-state event: it stays FAILED until a restart starts it again."""
+
+    def __init__(self) -> None:
+        self._acted: dict[Resource, int] = {}
+        self._applied: dict[Resource, TargetState] = {}
+        self._failed: set[Resource] = set()
+
+    def started(
+        self,
+        resources: ResourceSet,
+        counts: Mapping[Resource, int],
+        targets: Mapping[str, TargetState],
+        ok: bool,
+    ) -> None:
+        """An `assigned` call (a grant's or a restart's) for `resources` returned (`ok`) or
+        failed, made with the restart `counts` and the connectors' `targets` of its answer."""
+        for resource in _resources(resources):
+            self._acted[resource] = counts.get(resource, 0)
+            self._applied[resource] = targets.get(_connector_of(resource), TargetState.STARTED)
+            if ok:
+                self._failed.discard(resource)
+            else:
+                self._failed.add(resource)
+
+    def applied(self, resources: ResourceSet, target: TargetState) -> None:
+        """A `paused`, `resumed` or `stopped` call for `resources` returned."""
+        for resource in _resources(resources):
+            if resource in self._applied:
+                self._applied[resource] = target
+
+    def forget(self, resources: ResourceSet) -> None:
+        """These resources stopped (revoked): nothing is owed about them any more."""
+        for resource in _resources(resources):
+            self._acted.pop(resource, None)
+            self._applied.pop(resource, None)
+            self._failed.discard(resource)
+
+    def failed(self, resource: Resource) -> bool:
+        return resource in self._failed
+
+    def due_restarts(self, running: ResourceSet, counts: Mapping[Resource, int]) -> ResourceSet:
+        """Those of `running` whose restart count is above the one acted on."""
+        due = [
+            r for r in _resources(running) if r in self._acted and counts.get(r, 0) > self._acted[r]
+        ]
+        return _set_of(due)
+
+    def target_changes(
+        self, running: ResourceSet, targets: Mapping[str, TargetState]
+    ) -> dict[TargetState, ResourceSet]:
+        """Target state -> those of `running` (their start did not fail) whose connector's
+        target state differs from the one applied; STOPPED names connectors only."""
+        changed: dict[TargetState, list[Resource]] = {}
+        for resource in _resources(running):
+            target = targets.get(_connector_of(resource))
+            before = self._applied.get(resource)
+            if target is None or before is None or target is before or resource in self._failed:
+                continue
+            if target is TargetState.STOPPED and not isinstance(resource, str):
+                continue  # a task of a stopped connector is revoked, not stopped in place
+            changed.setdefault(target, []).append(resource)
+        return {target: _set_of(resources) for target, resources in changed.items()}
+
+
+def _set_of(resources: Iterable[Resource]) -> ResourceSet:
+    items = list(resources)
+    if not items:
+        return ResourceSet.of((), ())
+    return ResourceSet.of(
+        [r for r in items if isinstance(r, str)], [r for r in items if not isinstance(r, str)]
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,13 @@ config of a connector the worker runs changes, the worker gets a `reconfigured` 
 shape for the resources of that connector it runs (a listener's optional `on_reconfigured`; one
 without it is not called). `ConnectorConfig`'s repr leaves the values out: log digests only.
 
+Target states and restarts (DESIGN 3.20): when a held connector is paused, resumed or stopped,
+the worker gets a `paused`, `resumed` or `stopped` event of the same shape (optional
+`on_paused`, `on_resumed`, `on_stopped`); a restart is a `revoked` then an `assigned` event of
+the resources restarted, both with `reason` "restart" (the worker keeps them). A failed
+`assigned` call is made once: the resources are reported FAILED and started again only on a
+restart. Other calls are retried.
+
 Adapters: `CallbackListener` (Python callables, in-process), `CompositeListener` (several in
 order), and in `worker_agent.hooks` the exec hook and the webhook, which receive
 `RebalanceEvent.to_json()` (plus the hook's `release` mode).
@@ -47,6 +54,8 @@ from .lifecycle import ConnectorConfig, configs_json, connectors_of, target_stat
 __all__ = [
     "CONFIG_EVENTS",
     "RELEASE_MODES",
+    "RESTART",
+    "TARGET_STATE_EVENTS",
     "CallbackListener",
     "CompositeListener",
     "EventKind",
@@ -60,10 +69,22 @@ __all__ = [
     "dispatch",
 ]
 
-EventKind = Literal["revoked", "assigned", "reconfigured"]
-_EVENT_KINDS: tuple[EventKind, ...] = ("revoked", "assigned", "reconfigured")
+EventKind = Literal["revoked", "assigned", "reconfigured", "paused", "resumed", "stopped"]
+_EVENT_KINDS: tuple[EventKind, ...] = (
+    "revoked",
+    "assigned",
+    "reconfigured",
+    "paused",
+    "resumed",
+    "stopped",
+)
+#: The target-state events (DESIGN 3.20, KIP-875): a held connector was paused, resumed or
+#: stopped; each is delivered only to listeners that have its `on_<event>` method.
+TARGET_STATE_EVENTS: tuple[EventKind, ...] = ("paused", "resumed", "stopped")
 #: The events that carry `configs` and `target_states` (DESIGN 3.20).
-CONFIG_EVENTS: frozenset[str] = frozenset({"assigned", "reconfigured"})
+CONFIG_EVENTS: frozenset[str] = frozenset({"assigned", "reconfigured", *TARGET_STATE_EVENTS})
+#: The `reason` of the `revoked` and `assigned` events of a restart (DESIGN 3.20, KIP-745).
+RESTART = "restart"
 _NO_CONFIGS: Mapping[str, ConnectorConfig] = MappingProxyType({})
 
 #: How an out-of-process listener (exec hook, webhook) reports a revocation done: `batch`, the
@@ -117,6 +138,9 @@ class RebalanceEvent:
             `revoked`.
         releaser: set by the agent on `revoked` events; `release` calls it. Not part of the
             event's value (ignored by `==` and `repr`).
+        reason: why, when not the assignment: `"restart"` on the `revoked` and `assigned`
+            events of a restart (DESIGN 3.20: the worker keeps the resources; it stops and starts
+            them in place). Empty otherwise.
     """
 
     event: EventKind
@@ -128,6 +152,7 @@ class RebalanceEvent:
     fencing_tokens: FencingTokens = NO_TOKENS
     configs: Mapping[str, ConnectorConfig] = field(default_factory=lambda: _NO_CONFIGS)
     releaser: Releaser | None = field(default=None, compare=False, repr=False)
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.event not in _EVENT_KINDS:
@@ -145,6 +170,7 @@ class RebalanceEvent:
         fencing_tokens: FencingTokens = NO_TOKENS,
         releaser: Releaser | None = None,
         configs: Mapping[str, ConnectorConfig] = _NO_CONFIGS,
+        reason: str = "",
     ) -> RebalanceEvent:
         """The event for `resources`, connectors and tasks sorted, with the tokens of those
         resources among `fencing_tokens` and the configs of their connectors among `configs`
@@ -159,6 +185,7 @@ class RebalanceEvent:
             fencing_tokens=fencing_tokens.restricted(resources) if fencing_tokens else NO_TOKENS,
             configs=_configs_of(event, resources, configs),
             releaser=releaser,
+            reason=reason,
         )
 
     @property
@@ -230,6 +257,8 @@ class RebalanceEvent:
         if self.event in CONFIG_EVENTS:
             out["configs"] = configs_json(self.configs, values=config_values)
             out["target_states"] = target_states_json(self.configs)
+        if self.reason:
+            out["reason"] = self.reason
         return out
 
 
@@ -299,16 +328,17 @@ class ListenerFailed(Exception):
 
 
 def dispatch(listener: WorkerRebalanceListener, event: RebalanceEvent) -> None:
-    """Call `listener.on_revoked`, `on_assigned` or `on_reconfigured`, whichever `event.event`
-    names (a listener without `on_reconfigured` is not called for `reconfigured`)."""
+    """Call `listener.on_revoked`, `on_assigned`, or the optional `on_reconfigured`,
+    `on_paused`, `on_resumed` or `on_stopped`, whichever `event.event` names (a listener
+    without an optional method is not called for its event)."""
     if event.event == "revoked":
         listener.on_revoked(event)
     elif event.event == "assigned":
         listener.on_assigned(event)
     else:
-        reconfigure = getattr(listener, "on_reconfigured", None)
-        if reconfigure is not None:
-            reconfigure(event)
+        optional = getattr(listener, f"on_{event.event}", None)
+        if optional is not None:
+            optional(event)
 
 
 EventCallback = Callable[[RebalanceEvent], None]
@@ -322,10 +352,21 @@ class CallbackListener:
         on_revoked: EventCallback | None = None,
         on_assigned: EventCallback | None = None,
         on_reconfigured: EventCallback | None = None,
+        on_paused: EventCallback | None = None,
+        on_resumed: EventCallback | None = None,
+        on_stopped: EventCallback | None = None,
     ) -> None:
         self._on_revoked = on_revoked
         self._on_assigned = on_assigned
         self._on_reconfigured = on_reconfigured
+        self._on_target = {"paused": on_paused, "resumed": on_resumed, "stopped": on_stopped}
+
+    def _target(self, event: RebalanceEvent) -> None:
+        callback = self._on_target.get(event.event)
+        if callback is not None:
+            callback(event)
+
+    on_paused = on_resumed = on_stopped = _target
 
     def on_revoked(self, event: RebalanceEvent) -> None:
         if self._on_revoked is not None:
@@ -366,6 +407,8 @@ class CompositeListener:
     def on_reconfigured(self, event: RebalanceEvent) -> None:
         for listener in self.listeners:
             dispatch(listener, event)
+
+    on_paused = on_resumed = on_stopped = on_reconfigured
 
 
 def call_with_retry(

@@ -52,7 +52,7 @@ LEAVE_OUTCOMES = (
     "not_member",  # nothing to leave: never joined, or its membership was lost
     "fatal",  # stopped by a fatal error (FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, ...)
 )
-EVENTS = ("revoked", "assigned", "reconfigured")
+EVENTS = ("revoked", "assigned", "reconfigured", "paused", "resumed", "stopped")
 #: Why a StopWork stops what it stops (the machine's reasons).
 STOP_REASONS = ("revoked", "membership lost", "leaving", "eager rebalance", "fatal error")
 #: The connect machine's phases, then the classic machine's own (`classic.membership`).
@@ -226,7 +226,8 @@ class AgentMetrics:
         self.listener_calls = Counter(
             "worker_agent_listener_calls_total",
             "Calls of the worker's listener (webhook, exec hook), by event and result (failed: "
-            "it raised, timed out or answered non-2xx; the call is retried).",
+            "it raised, timed out or answered non-2xx; the call is retried, but for assigned, "
+            "which is reported FAILED and made again only on a restart).",
             ["event", "result"],
             initial=[(e, r) for e in EVENTS for r in ("ok", "failed")],
         )
@@ -235,6 +236,11 @@ class AgentMetrics:
             "Listener calls made again after a failed one, by event.",
             ["event"],
             initial=[(e,) for e in EVENTS],
+        )
+        self.restarts = Counter(
+            "worker_agent_restarts_total",
+            "Connectors and tasks the worker restarted in place because their restart count "
+            "rose (RestartConnector, or the coordinator's automatic restarts; DESIGN 3.20).",
         )
         self.revocations = Histogram(
             "worker_agent_revocation_seconds",
@@ -267,6 +273,7 @@ class AgentMetrics:
             self.self_fenced,
             self.listener_calls,
             self.listener_retries,
+            self.restarts,
             self.revocations,
             self.leaves,
         ):

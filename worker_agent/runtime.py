@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from connect_protocol import logs
 from connect_protocol import wire as protocol_wire
 from connect_protocol.errors import ErrorCode
-from connect_protocol.lifecycle_messages import ReportedState
+from connect_protocol.lifecycle_messages import ReportedState, TargetState
 from connect_protocol.limits import DEFAULT_MAX_MESSAGE_BYTES
 from connect_protocol.messages import (
     LEAVE_EPOCH,
@@ -62,6 +62,7 @@ from .lifecycle import (
     resource_name,
 )
 from .listener import (
+    RESTART,
     EventKind,
     ListenerFailed,
     RebalanceEvent,
@@ -91,6 +92,14 @@ log = logging.getLogger("worker_agent")
 
 RPC_TIMEOUT_S = 5.0
 LEAVE_TIMEOUT_S = 10.0
+
+
+#: The listener event that applies each target state (DESIGN 3.20).
+_TARGET_EVENTS: dict[TargetState, EventKind] = {
+    TargetState.PAUSED: "paused",
+    TargetState.STARTED: "resumed",
+    TargetState.STOPPED: "stopped",
+}
 
 
 def monotonic_ms() -> int:
@@ -453,6 +462,7 @@ class AgentBase:
             calls += 1
             # Read at each attempt: a config that changed meanwhile goes with the retry.
             configs = self.control.configs_for(remaining) if kind == "assigned" else {}
+            counts = self.control.restart_counts_for(remaining) if kind == "assigned" else {}
             try:
                 dispatch(
                     self.listener,
@@ -471,24 +481,30 @@ class AgentBase:
                 self.metrics.listener_calls.inc(kind, "failed")
                 if kind == "assigned":
                     trace = mask_values(failure_trace(exc), configs)
-                    self.control.start_failed(remaining, action.tokens, trace)
+                    self.control.start_failed(remaining, action.tokens, trace, counts, configs)
                 raise
             self.metrics.listener_calls.inc(kind, "ok")
             if kind == "assigned":
-                self.control.started(remaining, configs, action.tokens)
+                self.control.started(remaining, configs, action.tokens, counts)
 
         if isinstance(action, StopWork):
             log.info("stopping (%s): %s", action.reason, describe_resources(action.resources))
         else:
             log.info("starting: %s", describe_resources(action.resources))
-        done = call_with_retry(
-            attempt,
-            what=f"listener on_{kind} at epoch {action.member_epoch}",
-            stop=self._abandon,
-            initial_backoff_s=self.settings.listener_initial_backoff_s,
-            max_backoff_s=self.settings.listener_max_backoff_s,
-            log=log,
-        )
+        if isinstance(action, StartWork):
+            # Called once (DESIGN 3.20): a failed start is reported FAILED and runs again only
+            # on a restart (by an operator, or the coordinator's automatic restarts). The
+            # resources are held all the same: the coordinator must not give them to another.
+            done = self._start_once(attempt, action)
+        else:
+            done = call_with_retry(
+                attempt,
+                what=f"listener on_{kind} at epoch {action.member_epoch}",
+                stop=self._abandon,
+                initial_backoff_s=self.settings.listener_initial_backoff_s,
+                max_backoff_s=self.settings.listener_max_backoff_s,
+                log=log,
+            )
         if not done:
             return
         if isinstance(action, StopWork):
@@ -508,6 +524,134 @@ class AgentBase:
         if isinstance(action, StartWork) and self.control.stale(action.resources):
             # A config changed while they started with an older one.
             self._work.submit(self._reconfigure)
+        if isinstance(action, StartWork):
+            # A restart or a target state that came while they started.
+            self._work.submit(self._apply_lifecycle)
+
+    def _start_once(self, attempt: Callable[[], None], action: StartWork) -> bool:
+        """Make the `assigned` call once; a failure is logged (its FAILED status is reported by
+        `attempt`). Returns True: the start is over either way."""
+        try:
+            attempt()
+        except Exception as exc:
+            log.warning(
+                "starting %s failed: %s; reported FAILED, started again only on a restart "
+                "(coordinator-svc restart, or the group's automatic restarts)",
+                describe_resources(action.resources),
+                exc,
+                extra=logs.fields(event="start_failed", member_epoch=action.member_epoch),
+            )
+        return True
+
+    # --- target states and restarts (DESIGN 3.20) ------------------------------------------
+
+    def _apply_lifecycle(self) -> None:
+        """On the listener thread (so never alongside a stop or start of the same work): call
+        `paused` / `resumed` / `stopped` for the running resources whose connector's target
+        state changed, then restart those whose restart count rose."""
+        with self._lock:
+            running = self.machine.running
+        restarts, targets = self.control.due(running)
+        for target, resources in sorted(targets.items()):
+            self._target_event(target, resources)
+        if restarts:
+            self._restart(restarts)
+
+    def _target_event(self, target: TargetState, resources: ResourceSet) -> None:
+        kind: EventKind = _TARGET_EVENTS[target]
+        with self._lock:
+            member_id, epoch, tokens = (
+                self._event_member_id(),
+                self.machine.epoch,
+                self.machine.tokens,
+            )
+        configs = self.control.configs_for(resources)
+        event = RebalanceEvent.from_resources(
+            kind,
+            resources,
+            group_id=self.settings.group_id,
+            member_id=member_id,
+            member_epoch=epoch,
+            fencing_tokens=tokens,
+            configs=configs,
+        )
+
+        def attempt() -> None:
+            try:
+                dispatch(self.listener, event)
+            except Exception:
+                self.metrics.listener_calls.inc(kind, "failed")
+                raise
+            self.metrics.listener_calls.inc(kind, "ok")
+
+        log.info("%s (target state %s): %s", kind, target.value, describe_resources(resources))
+        if call_with_retry(
+            attempt,
+            what=f"listener on_{kind}",
+            stop=self._abandon,
+            initial_backoff_s=self.settings.listener_initial_backoff_s,
+            max_backoff_s=self.settings.listener_max_backoff_s,
+            log=log,
+        ):
+            self.control.target_applied(resources, target, tokens)
+
+    def _restart(self, resources: ResourceSet) -> None:
+        """A restart (DESIGN 3.20, KIP-745) of resources the worker keeps: `revoked` then
+        `assigned`, both with reason "restart", in place (the membership sees nothing: the
+        worker holds them throughout). The revocation is retried as any; the start is made
+        once."""
+        with self._lock:
+            member_id, epoch, tokens = (
+                self._event_member_id(),
+                self.machine.epoch,
+                self.machine.tokens,
+            )
+        self.metrics.restarts.inc(amount=len(resources))
+        log.info(
+            "restarting (restart requested): %s",
+            describe_resources(resources),
+            extra=logs.fields(event="restart", resources=list(resources.names())),
+        )
+
+        def call(kind: EventKind) -> None:
+            configs = self.control.configs_for(resources) if kind == "assigned" else {}
+            dispatch(
+                self.listener,
+                RebalanceEvent.from_resources(
+                    kind,
+                    resources,
+                    group_id=self.settings.group_id,
+                    member_id=member_id,
+                    member_epoch=epoch,
+                    fencing_tokens=tokens,
+                    configs=configs,
+                    reason=RESTART,
+                ),
+            )
+
+        if not call_with_retry(
+            lambda: call("revoked"),
+            what="listener on_revoked (restart)",
+            stop=self._abandon,
+            initial_backoff_s=self.settings.listener_initial_backoff_s,
+            max_backoff_s=self.settings.listener_max_backoff_s,
+            log=log,
+        ):
+            return
+        configs = self.control.configs_for(resources)
+        counts = self.control.restart_counts_for(resources)
+        try:
+            call("assigned")
+        except Exception as exc:
+            trace = mask_values(failure_trace(exc), configs)
+            self.control.start_failed(resources, tokens, trace, counts, configs)
+            log.warning(
+                "restarting %s failed: %s; reported FAILED",
+                describe_resources(resources),
+                exc,
+            )
+            return
+        self.control.started(resources, configs, tokens, counts)
 
     def _show(self, epoch: int, running: ResourceSet, tokens: FencingTokens) -> None:
         """What the worker runs now, on the status endpoint with its configs; and the tokens
@@ -615,6 +759,8 @@ class AgentBase:
         self._wake.set()
         if changes is not None and changes.reconfigured and self.control.stale(running):
             self._work.submit(self._reconfigure)
+        if changes is not None and any(self.control.due(running)):
+            self._work.submit(self._apply_lifecycle)
         if self.status is not None and ready:
             self.status.set_configs(self.control.configs_for(running))
 

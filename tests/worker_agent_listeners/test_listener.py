@@ -90,7 +90,7 @@ def test_from_resources_round_trips_through_resources() -> None:
 
 def test_event_rejects_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match="event must be one of"):
-        RebalanceEvent("stopped", "g", "m", 1)  # type: ignore[arg-type]
+        RebalanceEvent("halted", "g", "m", 1)  # type: ignore[arg-type]
 
 
 def test_callback_listener_calls_the_matching_callback() -> None:

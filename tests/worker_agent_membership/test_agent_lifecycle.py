@@ -278,10 +278,6 @@ def test_a_throttled_agent_backs_off_and_still_gets_its_configs_and_reports(
         thread = threading.Thread(target=agent.run, daemon=True)
         thread.start()
         try:
-            wait_for("the start retried", lambda: assigned or None, timeout_s=10)
-            (event,) = assigned
-            assert event.configs["a"].values == {"password": SECRET}
-            assert while_starting == [409]
 
             def view() -> dict[Any, Any]:
                 resp = coord.stubs.admin.DescribeGroups(  # type: ignore[union-attr]
@@ -292,6 +288,26 @@ def test_a_throttled_agent_backs_off_and_still_gets_its_configs_and_reports(
                     (s.connector, s.task if s.HasField("task") else None): s
                     for s in resp.groups[0].statuses
                 }
+
+            wait_for(
+                "FAILED after the failed start",
+                lambda: all(s.state == common_pb2.FAILED for s in view().values()) or None,
+                timeout_s=10,
+            )
+            time.sleep(1.0)
+            assert attempts == [1] and not assigned  # a failed start is made once (DESIGN 3.20)
+            restarted = coord.stubs.admin.RestartConnector(
+                admin_pb2.RestartConnectorRequest(
+                    group_id=GROUP, connector="a", include_tasks=True, only_failed=True
+                ),
+                timeout=10,
+            )
+            assert len(restarted.restarts) == 3, restarted
+            wait_for("the start made again on the restart", lambda: assigned or None, timeout_s=10)
+            (event,) = assigned
+            assert event.reason == "restart"
+            assert event.configs["a"].values == {"password": SECRET}
+            assert while_starting == [409]
 
             wait_for(
                 "RUNNING after the retry",
