@@ -237,6 +237,14 @@ class ControlPlane:
                 self._set(resource, ReportedState.FAILED, trace, tokens)
             self._cond.notify_all()
 
+    def not_started(self, resources: ResourceSet) -> ResourceSet:
+        """Those of `resources` whose last start failed (they run nothing)."""
+        with self._cond:
+            return ResourceSet.of(
+                [c for c in resources.connectors if self.ledger.failed(c)],
+                [t for t in resources.tasks if self.ledger.failed(t)],
+            )
+
     def due(self, running: ResourceSet) -> tuple[ResourceSet, dict[TargetState, ResourceSet]]:
         """What the last answer asks of `running`: the resources to restart, and the target
         state changes to apply (see `WorkLedger`)."""

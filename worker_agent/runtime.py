@@ -443,7 +443,11 @@ class AgentBase:
         """Call the listener for `action` (decided at `decided_at`, time.monotonic()) until it
         succeeds, then report the stop or start to the machine."""
         kind: EventKind = "revoked" if isinstance(action, StopWork) else "assigned"
-        batch = _Batch(action.resources)
+        # A resource whose start failed runs nothing: it is given up without a listener call.
+        listened = action.resources
+        if isinstance(action, StopWork):
+            listened = action.resources - self.control.not_started(action.resources)
+        batch = _Batch(listened)
         releaser: Releaser | None = None
         if isinstance(action, StopWork):
             releaser = functools.partial(self._release, action, batch)
@@ -613,13 +617,13 @@ class AgentBase:
             extra=logs.fields(event="restart", resources=list(resources.names())),
         )
 
-        def call(kind: EventKind) -> None:
-            configs = self.control.configs_for(resources) if kind == "assigned" else {}
+        def call(kind: EventKind, these: ResourceSet) -> None:
+            configs = self.control.configs_for(these) if kind == "assigned" else {}
             dispatch(
                 self.listener,
                 RebalanceEvent.from_resources(
                     kind,
-                    resources,
+                    these,
                     group_id=self.settings.group_id,
                     member_id=member_id,
                     member_epoch=epoch,
@@ -629,8 +633,9 @@ class AgentBase:
                 ),
             )
 
-        if not call_with_retry(
-            lambda: call("revoked"),
+        running = resources - self.control.not_started(resources)  # a failed start: no stop
+        if running and not call_with_retry(
+            lambda: call("revoked", running),
             what="listener on_revoked (restart)",
             stop=self._abandon,
             initial_backoff_s=self.settings.listener_initial_backoff_s,
@@ -641,7 +646,7 @@ class AgentBase:
         configs = self.control.configs_for(resources)
         counts = self.control.restart_counts_for(resources)
         try:
-            call("assigned")
+            call("assigned", resources)
         except Exception as exc:
             trace = mask_values(failure_trace(exc), configs)
             self.control.start_failed(resources, tokens, trace, counts, configs)

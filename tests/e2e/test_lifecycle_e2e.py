@@ -211,7 +211,7 @@ def test_configs_reach_exactly_their_holders_and_statuses_come_back(
     view = wait_for("every resource RUNNING", lambda: all_running(fleet), timeout_s=5)
     assert {r: s.worker_id for r, s in view.items()} == held_by
 
-    # A start hook that fails: FAILED with its output, then RUNNING once its retry succeeds.
+    # A start hook that fails: FAILED with its output, then RUNNING once it is restarted (a failed start is made once).
     fail_file.write_text("E\nthe sink is not reachable\n")
     fleet.put_connector("E", 0, config_of("E"))
     failed = wait_for(
@@ -224,8 +224,14 @@ def test_configs_reach_exactly_their_holders_and_statuses_come_back(
     assert "cannot start E: the sink is not reachable" in failed.trace, failed.trace
     assert SECRET not in failed.trace
     fail_file.unlink()
+    time.sleep(4 * INTERVAL_S)
+    assert statuses(fleet)["E"].state == common_pb2.FAILED  # a failed start is made once
+    restarted = fleet.stubs.admin.RestartConnector(
+        admin_pb2.RestartConnectorRequest(group_id=fleet.group, connector="E"), timeout=10
+    )
+    assert [p.worker_id for p in restarted.restarts] == [failed.worker_id], restarted
     running = wait_for(
-        "E RUNNING after the retry",
+        "E RUNNING after its restart",
         lambda: s if (s := statuses(fleet).get("E")) and s.state == common_pb2.RUNNING else None,
         timeout_s=10,
         diagnostics=fleet.diagnostics,
