@@ -237,6 +237,12 @@ class ControlPlane:
                 self._set(resource, ReportedState.FAILED, trace, tokens)
             self._cond.notify_all()
 
+    def restarting(self, resources: ResourceSet) -> None:
+        """A restart of these resources begins: the coordinator reads them RESTARTING now, so
+        whatever they report next is sent, even a state equal to the last one sent."""
+        with self._cond:
+            self.book.forget(resources)
+
     def not_started(self, resources: ResourceSet) -> ResourceSet:
         """Those of `resources` whose last start failed (they run nothing)."""
         with self._cond:

@@ -633,6 +633,7 @@ class AgentBase:
                 ),
             )
 
+        self.control.restarting(resources)
         running = resources - self.control.not_started(resources)  # a failed start: no stop
         if running and not call_with_retry(
             lambda: call("revoked", running),

@@ -172,7 +172,8 @@ def test_classic_configs_reach_exactly_their_holders_and_statuses_come_back(
 
         wait_for("every resource RUNNING on its holder", all_running, timeout_s=5)
 
-        # A start that fails: FAILED with its output, then RUNNING once it is restarted (a failed start is made once).
+        # A start that fails: FAILED with its output, then RUNNING once it is restarted (a
+        # failed start is made once).
         for w in workers:
             w.fail_start["E"] = "the sink is not reachable"
         fleet.put_connector("E", 0, config_of("E"))

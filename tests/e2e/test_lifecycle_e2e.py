@@ -211,7 +211,8 @@ def test_configs_reach_exactly_their_holders_and_statuses_come_back(
     view = wait_for("every resource RUNNING", lambda: all_running(fleet), timeout_s=5)
     assert {r: s.worker_id for r, s in view.items()} == held_by
 
-    # A start hook that fails: FAILED with its output, then RUNNING once it is restarted (a failed start is made once).
+    # A start hook that fails: FAILED with its output, then RUNNING once it is restarted (a
+    # failed start is made once).
     fail_file.write_text("E\nthe sink is not reachable\n")
     fleet.put_connector("E", 0, config_of("E"))
     failed = wait_for(

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from connect.group.v1 import admin_pb2
+from connect.group.v1 import admin_pb2, common_pb2
 
 from tests.support.client import describe, from_cat, names
 from tests.support.coordinator import REPO, Stubs
@@ -90,7 +90,7 @@ class HookRecord:
     """One line of a recording hook's file: one completed listener call."""
 
     worker: str
-    event: str  # "assigned" | "revoked"
+    event: str  # "assigned" | "revoked" | "reconfigured" | "paused" | ... | "start_failed"
     member_epoch: int
     resources: frozenset[str]  # "A" for a connector, "A-0" for a task
     t_start: float
@@ -98,6 +98,8 @@ class HookRecord:
     incarnation: str = ""
     #: The event's configs ({connector: {"digest", "config"?}}; None: it carried none).
     configs: dict[str, Any] | None = field(default=None, compare=False)
+    #: The event's reason ("restart" on a restart's revoked and assigned; "" otherwise).
+    reason: str = ""
 
     @staticmethod
     def parse(line: str, incarnation: str) -> HookRecord:
@@ -112,6 +114,7 @@ class HookRecord:
             t_end=float(raw["t_end"]),
             incarnation=incarnation,
             configs=raw.get("configs"),
+            reason=raw.get("reason", ""),
         )
 
 
@@ -382,7 +385,7 @@ def intervals_of(
                     problems.append(f"{runner}: {r} assigned again while running: {rec}")
                     continue
                 running[r] = rec
-        elif rec.event == "reconfigured":
+        elif rec.event in ("reconfigured", "paused", "resumed", "stopped", "start_failed"):
             continue  # runs nothing new, stops nothing (DESIGN 3.20)
         elif rec.event == "revoked":
             for r in sorted(rec.resources):
@@ -460,10 +463,12 @@ def member_sets(group: Any, which: str = "current_assignment") -> dict[str, set[
 
 
 def catalogue_resources(group: Any) -> set[str]:
+    """Every resource to assign: a STOPPED connector's tasks are not (DESIGN 3.20)."""
     out: set[str] = set()
     for spec in group.catalogue:
         out.add(spec.name)
-        out |= {f"{spec.name}-{t}" for t in range(spec.task_count)}
+        tasks = 0 if spec.target_state == common_pb2.TARGET_STOPPED else spec.task_count
+        out |= {f"{spec.name}-{t}" for t in range(tasks)}
     return out
 
 
