@@ -200,3 +200,54 @@ def test_classic_configs_reach_exactly_their_holders_and_statuses_come_back(
         )
         assert running.worker_id == failed.worker_id
         fleet.wait_quiet(timeout_s=20)
+
+
+def test_classic_agents_pause_resume_and_restart_in_place(fleet: ClassicFleet) -> None:
+    """Issue 29 in the classic protocol: a pause raises the holders' revision (in Heartbeat
+    answers), they call `paused` and report PAUSED, nothing moves and no rebalance starts; a
+    restart of one task is exactly one `revoked` and one `assigned` of it, reason restart."""
+    fleet.put_connector("A", 2, config_of("A"))
+    w1, w2 = fleet.start("W1"), fleet.start("W2")
+    fleet.wait_quiet()
+    shares = {w.label: w.running() for w in (w1, w2)}
+    generation = fleet.describe().group_epoch
+    t_pause = time.monotonic()
+    fleet.stubs.admin.PauseConnector(
+        admin_pb2.PauseConnectorRequest(group_id=fleet.group, connector="A"), timeout=10
+    )
+    for r in ("A", "A-0", "A-1"):
+        wait_for(
+            f"{r} PAUSED",
+            lambda r=r: (s := status(fleet, r)) is not None and s.state == common_pb2.PAUSED,
+            timeout_s=10,
+            diagnostics=fleet.diagnostics,
+        )
+    paused = {r for w in (w1, w2) for rec in calls(w, "paused", t_pause) for r in rec.resources}
+    assert paused == {"A", "A-0", "A-1"}
+    assert fleet.describe().group_epoch == generation  # no rebalance
+    fleet.stubs.admin.ResumeConnector(
+        admin_pb2.ResumeConnectorRequest(group_id=fleet.group, connector="A"), timeout=10
+    )
+    holder = next(w for w in (w1, w2) if "A-1" in w.running())
+    t_restart = time.monotonic()
+    planned = fleet.stubs.admin.RestartConnector(
+        admin_pb2.RestartConnectorRequest(group_id=fleet.group, connector="A", task=1),
+        timeout=10,
+    )
+    assert [p.worker_id for p in planned.restarts] == [holder.member_id]
+    wait_for(
+        "the restart",
+        lambda: len(calls(holder, "assigned", t_restart)) == 1,
+        timeout_s=10,
+        diagnostics=fleet.diagnostics,
+    )
+    time.sleep(4 * INTERVAL_MS / 1000)
+    after = [
+        (rec.event, rec.reason, sorted(rec.resources))
+        for w in (w1, w2)
+        for rec in calls(w, None, t_restart)
+        if rec.event in ("revoked", "assigned")
+    ]
+    assert after == [("revoked", "restart", ["A-1"]), ("assigned", "restart", ["A-1"])], after
+    fleet.wait_quiet()
+    assert {w.label: w.running() for w in (w1, w2)} == shares  # nothing moved

@@ -289,8 +289,8 @@ class ClassicFleet:
         `group_protocol`: "classic" (a `ClassicAgent`) or "connect" (an `Agent` advertising
         `assignors_for_protocol(protocol)`, eager if the protocol is). `coordinator`: the
         address it calls (default the fleet's; e.g. a TCP proxy's). `overrides`: AgentSettings
-        fields (e.g. protocol). Its listener records `reconfigured` events too, with their
-        configs (DESIGN 3.20)."""
+        fields (e.g. protocol). Its listener records `reconfigured`, `paused`, `resumed` and
+        `stopped` events too, with their configs, and each event's reason (DESIGN 3.20)."""
         n = next(self._seq)
         incarnation = f"{label}#{n}"
         protocol = overrides.pop("protocol", self.protocol)
@@ -359,6 +359,7 @@ class ClassicFleet:
                             if kind != "revoked"
                             else None
                         ),
+                        reason=event.reason,
                     )
                 )
 
@@ -368,6 +369,9 @@ class ClassicFleet:
             on_revoked=record("revoked"),
             on_assigned=record("assigned"),
             on_reconfigured=record("reconfigured"),
+            on_paused=record("paused"),
+            on_resumed=record("resumed"),
+            on_stopped=record("stopped"),
         )
         kind = ClassicAgent if group_protocol == "classic" else Agent
         agent = kind(settings, listener, transport=transport)
