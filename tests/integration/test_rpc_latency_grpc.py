@@ -52,7 +52,7 @@ def _counts(registry: CollectorRegistry) -> dict[str, float]:
 def test_every_rpc_lands_in_its_own_series(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert len(METHODS) == 16
+    assert len(METHODS) == 20
     pooled: list[str] = []  # heartbeats that took the pool's (full) path
     full_path = CoordinatorServicer.ConnectGroupHeartbeat
 
@@ -112,6 +112,19 @@ def test_every_rpc_lands_in_its_own_series(
             lambda: admin.UpdateFeatures(
                 admin_pb2.UpdateFeaturesRequest(feature="group.version", level=1), timeout=10
             ),
+            # Refused in band (INVALID_REQUEST: no such connector), timed as any other.
+            lambda: admin.PauseConnector(
+                admin_pb2.PauseConnectorRequest(group_id=GROUP, connector="none"), timeout=10
+            ),
+            lambda: admin.ResumeConnector(
+                admin_pb2.ResumeConnectorRequest(group_id=GROUP, connector="none"), timeout=10
+            ),
+            lambda: admin.StopConnector(
+                admin_pb2.StopConnectorRequest(group_id=GROUP, connector="none"), timeout=10
+            ),
+            lambda: admin.RestartConnector(
+                admin_pb2.RestartConnectorRequest(group_id=GROUP, connector="none"), timeout=10
+            ),
         ]
         for call in calls:
             call()
@@ -146,6 +159,10 @@ def test_every_rpc_lands_in_its_own_series(
         "RemoveAcl": 1,
         "DescribeFeatures": 1,
         "UpdateFeatures": 1,
+        "PauseConnector": 1,
+        "ResumeConnector": 1,
+        "StopConnector": 1,
+        "RestartConnector": 1,
     }
     assert set(counts) == METHODS  # the label's values: method names, nothing else
     # Every series has every bucket, and its time is a plausible one.

@@ -618,6 +618,44 @@ def delete_connector(src: Source, world: World) -> admin_pb2.DeleteConnectorRequ
     )
 
 
+def _target_state(request_type: Any) -> Callable[[Source, World], Message]:
+    """Pause-, Resume- or StopConnector (DESIGN 3.20): groups and connectors of the world, or
+    hostile names."""
+
+    def generate(src: Source, world: World) -> Message:
+        return request_type(  # type: ignore[no-any-return]
+            group_id=world.group(src), connector=text(src, world.connectors)
+        )
+
+    return generate
+
+
+pause_connector = _target_state(admin_pb2.PauseConnectorRequest)
+resume_connector = _target_state(admin_pb2.ResumeConnectorRequest)
+stop_connector = _target_state(admin_pb2.StopConnectorRequest)
+
+
+def restart_connector(src: Source, world: World) -> admin_pb2.RestartConnectorRequest:
+    """RestartConnector (DESIGN 3.20): the task absent, in range, out of it, negative or huge."""
+    req = admin_pb2.RestartConnectorRequest(
+        group_id=world.group(src),
+        connector=text(src, world.connectors),
+        include_tasks=src.pick((False, True)),
+        only_failed=src.pick((False, True)),
+    )
+    task = lazy(
+        src,
+        [
+            (3, lambda: None),
+            (3, lambda: src.integer(0, 4)),
+            (1, lambda: int32(src, (-1, 100_000))),
+        ],
+    )
+    if task is not None:
+        req.task = task
+    return req
+
+
 def config_key(src: Source) -> str:
     return lazy(src, [(4, lambda: src.pick(CONFIG_KEYS)), (1, lambda: text(src, CONFIG_KEYS))])
 
@@ -1021,6 +1059,34 @@ RPCS: dict[str, Rpc] = {
             admin_pb2.UpdateFeaturesRequest,
             admin_pb2.UpdateFeaturesResponse,
             update_features,
+        ),
+        Rpc(
+            "PauseConnector",
+            ADMIN_SERVICE,
+            admin_pb2.PauseConnectorRequest,
+            admin_pb2.PauseConnectorResponse,
+            pause_connector,
+        ),
+        Rpc(
+            "ResumeConnector",
+            ADMIN_SERVICE,
+            admin_pb2.ResumeConnectorRequest,
+            admin_pb2.ResumeConnectorResponse,
+            resume_connector,
+        ),
+        Rpc(
+            "StopConnector",
+            ADMIN_SERVICE,
+            admin_pb2.StopConnectorRequest,
+            admin_pb2.StopConnectorResponse,
+            stop_connector,
+        ),
+        Rpc(
+            "RestartConnector",
+            ADMIN_SERVICE,
+            admin_pb2.RestartConnectorRequest,
+            admin_pb2.RestartConnectorResponse,
+            restart_connector,
         ),
         Rpc(
             "JoinGroup",
