@@ -123,6 +123,21 @@ function tokensFrom(list) {
 }
 
 /**
+ * The restart counts of a ConnectGroupConfigs answer (DESIGN 3.20), as a Map from resource key
+ * to count; `task` is a proto3 `optional` as in fencing tokens.
+ * @param {{connector: string, task?: number, _task?: string, restart_count: number}[] | undefined} list
+ * @returns {Map<string, number>}
+ */
+function restartCountsFrom(list) {
+  const out = new Map();
+  (list || []).forEach((c) => {
+    const isTask = c._task !== undefined ? c._task === 'task' : typeof c.task === 'number';
+    out.set(JSON.stringify(isTask ? [c.connector, c.task] : [c.connector]), Number(c.restart_count));
+  });
+  return out;
+}
+
+/**
  * The tokens of `set` among `tokens`, in the agent's JSON shape.
  * @param {Set<string>} set
  * @param {Map<string, number>} tokens
@@ -187,9 +202,16 @@ class Worker {
    * @param {string} [o.protoRoot]
    * @param {(r: object) => Promise<void> | void} [o.onStart] start these resources
    *   ({connectors, tasks, fencing_tokens, configs: {connector: {digest, config}},
-   *   target_states: {connector: state}}); throwing reports them FAILED, and it is retried
+   *   target_states: {connector: state}, reason}); throwing reports them FAILED; a failed
+   *   start is not retried: it runs again only on a restart (reason "restart": the
+   *   coordinator's RestartConnector or its automatic restarts)
    * @param {(r: object) => Promise<void> | void} [o.onStop] stop these resources
-   *   ({connectors, tasks, fencing_tokens}: the tokens they ran under)
+   *   ({connectors, tasks, fencing_tokens, reason}: the tokens they ran under; reason
+   *   "restart" when they are restarted in place and started again right after)
+   * @param {(r: object) => Promise<void> | void} [o.onTargetState] a held connector was
+   *   paused, resumed or stopped ({connectors, tasks, fencing_tokens, configs, target_states,
+   *   target_state: "PAUSED" | "STARTED" | "STOPPED"}); reported PAUSED, RUNNING or STOPPED once
+   *   it resolves
    * @param {(r: object) => Promise<void> | void} [o.onReconfigure] running resources whose
    *   connector's config changed ({connectors, tasks, fencing_tokens, configs, target_states},
    *   `connectors` naming the reconfigured connectors); throwing reports them FAILED
@@ -207,6 +229,7 @@ class Worker {
     this.onStart = o.onStart || (() => {});
     this.onStop = o.onStop || (() => {});
     this.onReconfigure = o.onReconfigure || (() => {});
+    this.onTargetState = o.onTargetState || (() => {});
     this.print = o.log || ((line) => process.stdout.write(JSON.stringify(line) + '\n'));
     this.connect(this.o.coordinators[0]);
     /** JOINING | MEMBER | REJOINING | LEAVING | FATAL | LEFT */
@@ -234,6 +257,14 @@ class Worker {
     this.fetchedRevision = null; // of the last ConnectGroupConfigs answer since the join
     this.configs = new Map(); // connector -> {digest, config, target_state} of what it holds
     this.reconfigure = new Set(); // running connectors whose digest changed, for onReconfigure
+    // Target states and restarts (DESIGN 3.20): the restart counts of the last answer; per
+    // resource started, the count acted on (a grant records the answer's count: a fresh start
+    // satisfies earlier restarts) and the target state applied; the resources whose start
+    // failed (held, running nothing, started again only on a restart).
+    this.restartCounts = new Map();
+    this.acted = new Map();
+    this.applied = new Map();
+    this.failedStarts = new Set();
     this.fetching = false;
     this.fetchNotBefore = 0; // after a failed fetch: not before the next heartbeat interval
     this.memberCallsNotBefore = 0; // THROTTLING_QUOTA_EXCEEDED: both member calls wait
@@ -355,7 +386,108 @@ class Worker {
       const toStart = this.withConfigs(minus(this.assigned, this.running));
       if (toStart.size > 0) this.busy = this.startWork(toStart);
       else if (this.reconfigure.size > 0) this.busy = this.reconfigureWork();
+      else if (this.fetchedRevision === this.revision && this.revision > 0) {
+        const targets = this.targetChanges();
+        const restarts = this.dueRestarts();
+        if (targets.size > 0) this.busy = this.targetWork(targets);
+        else if (restarts.size > 0) this.busy = this.restartWork(restarts);
+      }
     }
+  }
+
+  /** Running resources whose restart count is above the one acted on (DESIGN 3.20). */
+  dueRestarts() {
+    return new Set(
+      [...this.running].filter(
+        (r) => this.acted.has(r) && (this.restartCounts.get(r) || 0) > this.acted.get(r),
+      ),
+    );
+  }
+
+  /**
+   * Target state -> running resources (their start did not fail) whose connector's target
+   * state differs from the one applied; STOPPED names connectors only (its tasks are revoked).
+   */
+  targetChanges() {
+    const out = new Map();
+    this.running.forEach((r) => {
+      const held = this.configs.get(connectorOf(r));
+      const before = this.applied.get(r);
+      if (!held || !before || held.target_state === before || this.failedStarts.has(r)) return;
+      if (held.target_state === 'TARGET_STOPPED' && JSON.parse(r).length === 2) return;
+      if (!out.has(held.target_state)) out.set(held.target_state, new Set());
+      out.get(held.target_state).add(r);
+    });
+    return out;
+  }
+
+  /** What a started resource reports, by its connector's target state. */
+  stateFor(r, target) {
+    if (target === 'TARGET_PAUSED') return 'PAUSED';
+    if (target === 'TARGET_STOPPED') return JSON.parse(r).length === 1 ? 'STOPPED' : 'PAUSED';
+    return 'RUNNING';
+  }
+
+  /** The start of `resources` returned (ok) or failed, with the counts read before it. */
+  recordStart(resources, counts, ok) {
+    resources.forEach((r) => {
+      this.acted.set(r, counts.get(r) || 0);
+      const held = this.configs.get(connectorOf(r));
+      this.applied.set(r, held ? held.target_state : 'TARGET_STARTED');
+      if (ok) this.failedStarts.delete(r);
+      else this.failedStarts.add(r);
+    });
+  }
+
+  /** onTargetState for the running resources of each connector whose target state changed. */
+  async targetWork(changes) {
+    await null; // reconcile() stores this promise as `busy` before any of it runs
+    for (const [target, resources] of changes) {
+      const what = this.described(resources);
+      const target_state = target.replace('TARGET_', '');
+      this.log('target_state', { member_epoch: this.epoch, target_state, ...what });
+      await this.retry(
+        () => this.onTargetState({ ...what, ...this.configsOf(resources), target_state }),
+        'target_state',
+      );
+      resources.forEach((r) => {
+        this.applied.set(r, target);
+        this.statuses.set(r, { state: this.stateFor(r, target), trace: '' });
+      });
+    }
+    this.busy = null;
+    this.wakeUp();
+  }
+
+  /**
+   * A restart in place (DESIGN 3.20, KIP-745): onStop then onStart, both with reason "restart",
+   * for exactly these resources; ownership does not change (no heartbeat field moves). The
+   * stop is retried as any; the start is made once.
+   */
+  async restartWork(resources) {
+    await null; // reconcile() stores this promise as `busy` before any of it runs
+    const what = this.described(resources);
+    const counts = new Map([...resources].map((r) => [r, this.restartCounts.get(r) || 0]));
+    this.log('restart', { member_epoch: this.epoch, ...what });
+    resources.forEach((r) => this.reported.delete(r)); // it reads RESTARTING: report again
+    const running = new Set([...resources].filter((r) => !this.failedStarts.has(r)));
+    if (running.size > 0) {
+      await this.retry(() => this.onStop({ ...this.described(running), reason: 'restart' }), 'stop');
+    }
+    try {
+      await this.onStart({ ...what, ...this.configsOf(resources), reason: 'restart' });
+      this.recordStart(resources, counts, true);
+      resources.forEach((r) => {
+        const held = this.configs.get(connectorOf(r));
+        this.statuses.set(r, { state: this.stateFor(r, held && held.target_state), trace: '' });
+      });
+    } catch (err) {
+      this.log('error', { what: 'restart', error: String(err) });
+      this.recordStart(resources, counts, false);
+      this.setStatus(resources, 'FAILED', traceOf(err));
+    }
+    this.busy = null;
+    this.wakeUp();
   }
 
   /**
@@ -399,11 +531,16 @@ class Worker {
   async stopWork(resources, reason) {
     const epoch = this.epoch;
     const what = this.described(resources);
-    await this.retry(() => this.onStop(what), 'stop');
+    // A resource whose start failed runs nothing: it is given up without onStop.
+    const started = new Set([...resources].filter((r) => !this.failedStarts.has(r)));
+    if (started.size > 0) await this.retry(() => this.onStop(this.described(started)), 'stop');
     resources.forEach((r) => {
       this.running.delete(r);
       this.statuses.delete(r); // released: the coordinator reads it UNASSIGNED until reported
       this.reported.delete(r);
+      this.acted.delete(r);
+      this.applied.delete(r);
+      this.failedStarts.delete(r);
     });
     this.log('stop', { member_epoch: epoch, reason, ...what });
     const keep = union(this.assigned, this.running);
@@ -412,24 +549,41 @@ class Worker {
   }
 
   async startWork(resources) {
+    await null; // reconcile() stores this promise as `busy` before any of it runs
     this.starting = resources;
     const what = this.described(resources);
     const given = { ...what, ...this.configsOf(resources) };
     const config_digests = this.digestsOf(resources); // never the values
     this.log('start', { member_epoch: this.epoch, ...what, config_digests });
-    const failed = (err) => this.setStatus(resources, 'FAILED', traceOf(err));
-    await this.retry(() => this.onStart(given), 'start', failed);
-    resources.forEach((r) => this.running.add(r));
+    const counts = new Map([...resources].map((r) => [r, this.restartCounts.get(r) || 0]));
+    let ok = true;
+    try {
+      await this.onStart(given); // once: a failed start runs again only on a restart
+    } catch (err) {
+      ok = false;
+      this.log('error', { what: 'start', error: String(err) });
+      this.setStatus(resources, 'FAILED', traceOf(err));
+    }
+    resources.forEach((r) => this.running.add(r)); // held either way
     this.starting = new Set();
-    this.setStatus(resources, 'RUNNING', '');
+    this.recordStart(resources, counts, ok);
+    if (ok) {
+      resources.forEach((r) => {
+        const held = this.configs.get(connectorOf(r));
+        this.statuses.set(r, { state: this.stateFor(r, held && held.target_state), trace: '' });
+      });
+    }
     this.done();
   }
 
   /** onReconfigure for the running resources of connectors whose config digest changed. */
   async reconfigureWork() {
+    await null; // reconcile() stores this promise as `busy` before any of it runs
     const names = new Set(this.reconfigure);
     this.reconfigure = new Set();
-    const resources = new Set([...this.running].filter((r) => names.has(connectorOf(r))));
+    const resources = new Set(
+      [...this.running].filter((r) => names.has(connectorOf(r)) && !this.failedStarts.has(r)),
+    );
     const connectors = [...names].filter((n) => this.configs.has(n)).sort();
     if (resources.size > 0 && connectors.length > 0) {
       const what = this.described(resources);
@@ -604,6 +758,7 @@ class Worker {
     this.revision = 0;
     this.fetchedRevision = null;
     this.configs = new Map();
+    this.restartCounts = new Map();
     this.reconfigure = new Set();
     this.reported = new Map(); // a new membership: new grants, new tokens
     this.fullNext = true;
@@ -754,6 +909,7 @@ class Worker {
       if (before && before.digest !== held.config_digest) this.reconfigure.add(held.connector);
     }
     this.configs = configs;
+    this.restartCounts = restartCountsFrom(resp.restart_counts);
     this.fetchedRevision = incomplete ? null : Number(resp.lifecycle_revision);
     if (incomplete) this.fetchNotBefore = Date.now() + this.heartbeatIntervalMs;
     const config_digests = {};

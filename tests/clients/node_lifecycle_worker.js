@@ -5,9 +5,10 @@
  *
  *   node node_lifecycle_worker.js COORDINATOR GROUP MEMBER_ID FAIL_FILE RECEIVED_FILE
  *
- * onStart throws while FAIL_FILE exists (the worker reports FAILED, retries, and reports RUNNING
- * once it succeeds). What onStart and onReconfigure are handed, config values included, is
- * appended to RECEIVED_FILE as JSON lines: never to stdout, which is the worker's log.
+ * onStart throws while FAIL_FILE exists (the worker reports FAILED, and runs onStart again only
+ * on a restart: DESIGN 3.20). What onStart, onStop, onReconfigure and onTargetState are handed,
+ * config values included, is appended to RECEIVED_FILE as JSON lines: never to stdout, which is
+ * the worker's log.
  */
 
 const fs = require('fs');
@@ -27,7 +28,9 @@ const worker = new Worker({
     if (fs.existsSync(failFile)) throw new Error('start refused by the test (fail file present)');
     record('onStart', given);
   },
+  onStop: (given) => record('onStop', given),
   onReconfigure: (given) => record('onReconfigure', given),
+  onTargetState: (given) => record('onTargetState', given),
 });
 process.on('SIGTERM', () => worker.leave());
 worker.run().then((code) => process.exit(code));

@@ -76,6 +76,7 @@ def test_grpcurl_calls_describe_groups(
             "task_count": 2,
             "config": {"t": "[hidden]"},  # config values are secrets (issue 16)
             "config_digest": keyed_digest(coordinator.database_url, {"t": "o"}),
+            "target_state": "TARGET_STARTED",  # issue 29
         }
     ]
     assert described["group_configs"]["session.timeout.ms"] == "3000"

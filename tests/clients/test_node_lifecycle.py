@@ -3,8 +3,11 @@
 of what it starts (ConnectGroupConfigs) and hands them to onStart, fetches again when a
 PutConnector changes a held connector's config (the heartbeat's lifecycle_revision rises) and
 hands the new values to onReconfigure, and logs only the digests, never a value. It reports its
-resources (ConnectGroupReportStatus): FAILED with the error while onStart throws, RUNNING once it
-succeeds, changes only, and DescribeGroups(include_status) shows them under its member id.
+resources (ConnectGroupReportStatus): FAILED with the error when onStart throws (made once), RUNNING
+once a restart succeeds, changes only, and DescribeGroups(include_status) shows them under its
+member id. Issue 29: a restart of one running task is one onStop and one onStart of it (reason
+"restart") and nothing else, repeated by no later answer; a pause reaches onTargetState and reads
+PAUSED, a resume RUNNING.
 
 The worker is `node_lifecycle_worker.js` (worker.js as a library): onStart throws while a file
 exists, and what the callbacks receive goes to a file of its own, never to the log."""
@@ -12,6 +15,7 @@ exists, and what the callbacks receive goes to a file of its own, never to the l
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +108,14 @@ def test_node_client_fetches_configs_logs_digests_only_and_reports_status(
         )
         assert all("start refused by the test" in trace for _, _, trace in failed.values())
         worker.fail_file.unlink()
+        # A failed start is made once (DESIGN 3.20): it runs again only on a restart.
+        planned = stubs.admin.RestartConnector(
+            admin_pb2.RestartConnectorRequest(
+                group_id=group, connector="A", include_tasks=True, only_failed=True
+            ),
+            timeout=10,
+        )
+        assert len(planned.restarts) == 2, planned
         running = wait_for(
             "A and A-0 RUNNING under the Node member",
             lambda: all_in(stubs, group, "RUNNING"),
@@ -132,8 +144,10 @@ def test_node_client_fetches_configs_logs_digests_only_and_reports_status(
         worker.kill()
 
     # The configs reached the callbacks, values and all ...
-    started, reconfigured_with = worker.received()
-    assert started["callback"] == "onStart"
+    received = worker.received()
+    started, reconfigured_with, stopped = received  # onStop only at the leave: the failed
+    assert (stopped["callback"], stopped.get("reason")) == ("onStop", None)  # start ran nothing
+    assert (started["callback"], started["reason"]) == ("onStart", "restart")
     assert started["configs"] == {
         "A": {"digest": first_digest, "config": {"topic": "orders", "password": FIRST_SECRET}}
     }
@@ -153,8 +167,8 @@ def test_node_client_fetches_configs_logs_digests_only_and_reports_status(
     (start,) = worker.events("start")
     assert start["config_digests"] == {"A": first_digest}
 
-    # Changes only: FAILED once (the retries fail the same way), then RUNNING once; a
-    # reconfiguration that keeps it running reports nothing.
+    # Changes only: FAILED once, then RUNNING once (after the restart); a reconfiguration that
+    # keeps it running reports nothing.
     reported = [
         (f"A-{r['task']}" if "task" in r else r["connector"], r["state"])
         for line in worker.events("status")
@@ -167,3 +181,47 @@ def test_node_client_fetches_configs_logs_digests_only_and_reports_status(
         ("A-0", "RUNNING"),
     ], reported
     assert not any(line["refused"] for line in worker.events("status"))
+
+
+def test_node_client_restarts_in_place_and_applies_target_states(
+    node_client: NodeClient,
+    coordinator: CoordinatorProcess,
+    stubs: Stubs,
+    group: str,
+    tmp_path: Path,
+) -> None:
+    put(stubs, group, FIRST_SECRET)
+    worker = LifecycleWorker(node_client.node, coordinator.address, group, tmp_path)
+    worker.start()
+    diagnostics = lambda: f"{statuses(stubs, group)}\n{worker.log_text()}"  # noqa: E731
+    try:
+        wait_for("RUNNING", lambda: all_in(stubs, group, "RUNNING"), diagnostics=diagnostics)
+        before = len(worker.received())
+        planned = stubs.admin.RestartConnector(
+            admin_pb2.RestartConnectorRequest(group_id=group, connector="A", task=0), timeout=10
+        )
+        assert [(p.connector, p.task) for p in planned.restarts] == [("A", 0)]
+        wait_for(
+            "the restart",
+            lambda: len(worker.received()) >= before + 2 or None,
+            diagnostics=diagnostics,
+        )
+        wait_for("RUNNING again", lambda: all_in(stubs, group, "RUNNING"), diagnostics=diagnostics)
+        time.sleep(1.0)  # heartbeat answers and fetches keep coming: none repeats it
+        after = [(r["callback"], r.get("reason"), r["tasks"]) for r in worker.received()[before:]]
+        task = [{"connector": "A", "task": 0}]
+        assert after == [("onStop", "restart", task), ("onStart", "restart", task)], after
+
+        stubs.admin.PauseConnector(
+            admin_pb2.PauseConnectorRequest(group_id=group, connector="A"), timeout=10
+        )
+        wait_for("PAUSED", lambda: all_in(stubs, group, "PAUSED"), diagnostics=diagnostics)
+        (paused,) = [r for r in worker.received() if r["callback"] == "onTargetState"]
+        assert paused["target_state"] == "PAUSED" and paused["connectors"] == ["A"]
+        stubs.admin.ResumeConnector(
+            admin_pb2.ResumeConnectorRequest(group_id=group, connector="A"), timeout=10
+        )
+        wait_for("RUNNING", lambda: all_in(stubs, group, "RUNNING"), diagnostics=diagnostics)
+        assert worker.terminate() == 0, worker.log_text()
+    finally:
+        worker.kill()

@@ -8,7 +8,9 @@ answers and refusals happen exactly when the test wants them:
 - it fetches again when the heartbeat's lifecycle_revision changes, naming the digests it has,
   and keeps its values when the answer leaves them ABSENT;
 - it reports changes only, one call in flight, at most one per heartbeat interval, and does not
-  resend an entry refused with NOT_RESOURCE_OWNER.
+  resend an entry refused with NOT_RESOURCE_OWNER;
+- a failed start is made once, and made again on the restart counts of a later answer (issue
+  29).
 
 The worker is node_lifecycle_worker.js: onStart throws while a file exists."""
 
@@ -64,10 +66,12 @@ class Lifecycle:
 
 class LifecycleFake(FakeCoordinator):
     """Heartbeats: epoch 1 with A and A-0 (tokens 7 and 9), the current revision. Configs: the
-    first is throttled; then the config of the revision asked at. Statuses: the first report is
-    throttled, the second is slow and removes the fail file (so the worker's retried onStart
-    succeeds while it is in flight), the third refuses A-0 and raises the revision to 2, whose
-    fetch raises it to 3 (same digest)."""
+    first is throttled; then the config of the revision asked at, from revision 2 with restart
+    counts of 1 for A and A-0. Statuses: the first report is throttled, the second (FAILED) is
+    slow, removes the fail file and then raises the revision to 2, as the coordinator's restart
+    of a FAILED resource does (the worker never retries a failed start by itself: it restarts
+    them on the counts, with revision 2's config); the third refuses A-0 and raises the revision
+    to 3 (same digest)."""
 
     def __init__(self, fail_file: Path) -> None:
         self.fail_file = fail_file
@@ -104,9 +108,15 @@ class LifecycleFake(FakeCoordinator):
             )
             if request.known_digests.get("A") != digest:
                 held.config.values.update({"password": f"{SECRET}-{digest}", "topic": "t"})
-            resp = Answer(lifecycle_revision=revision, connectors=[held])
-            if revision == 2:
-                self.state.revision = 3
+            restarts = [
+                coordinator_pb2.RestartCount(connector="A", restart_count=1),
+                coordinator_pb2.RestartCount(connector="A", task=0, restart_count=1),
+            ]
+            resp = Answer(
+                lifecycle_revision=revision,
+                connectors=[held],
+                restart_counts=restarts if revision >= 2 else [],
+            )
         self._leave("configs", start, request, common_pb2.ErrorCode.Name(resp.error_code))
         return resp
 
@@ -132,12 +142,13 @@ class LifecycleFake(FakeCoordinator):
             if number == 2:
                 self.fail_file.unlink(missing_ok=True)
                 time.sleep(SLOW_REPORT_S)
+                self.state.revision = 2  # FAILED: restarted (as the coordinator would)
             if number == 3:
                 for r in results:
                     if r.HasField("task"):
                         r.error_code = common_pb2.NOT_RESOURCE_OWNER
                         r.error_message = "not held under that token (test)"
-                self.state.revision = 2
+                self.state.revision = 3
             resp = Answer(lifecycle_revision=self.state.revision, results=results)
         self._leave("report", start, request, common_pb2.ErrorCode.Name(resp.error_code))
         return resp
@@ -185,10 +196,14 @@ def test_node_client_backs_off_fetches_before_starting_and_reports_changes_once(
         {"A": "sha256:first"},
         {"A": "sha256:second"},
     ]
-    started, reconfigured = worker.received()
-    assert started["configs"]["A"]["config"]["password"] == f"{SECRET}-sha256:first"
-    assert reconfigured["configs"]["A"]["config"]["password"] == f"{SECRET}-sha256:second"
-    assert len(worker.events("reconfigured")) == 1  # revision 3 changed no digest
+    # The failed start ran once; the restart started them with revision 2's config (no
+    # reconfiguration of what never started), and revision 3 changed nothing.
+    restarted, left = worker.received()
+    assert (restarted["callback"], restarted["reason"]) == ("onStart", "restart")
+    assert restarted["configs"]["A"]["config"]["password"] == f"{SECRET}-sha256:second"
+    assert (left["callback"], left.get("reason")) == ("onStop", None)
+    assert len(worker.events("start")) == 1 and len(worker.events("restart")) == 1
+    assert worker.events("reconfigured") == []
     assert SECRET not in worker.log_text()
 
     # Statuses: FAILED (throttled, then again after throttle_time_ms), then RUNNING only once the
