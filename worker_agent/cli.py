@@ -199,12 +199,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--exec-hook",
         default=_env("EXEC_HOOK", None),
-        help="command run on every revocation, assignment and config change, the event as "
-        'JSON on stdin (DESIGN 2.3\'s object plus "fencing_tokens" and "release"; assigned and '
-        'reconfigured events carry "configs", {connector: {"digest", "config"}}, with the '
-        'values, and "target_states"); exit 0 = done. A failing assigned call is retried, and '
-        "its resources are reported FAILED with its output (the coordinator's status) until "
-        "a retry succeeds (WORKER_AGENT_EXEC_HOOK)",
+        help="command run on every revocation, assignment, config change and target-state "
+        'change, the event as JSON on stdin (DESIGN 2.3\'s object plus "fencing_tokens" and '
+        '"release"; assigned, reconfigured, paused, resumed and stopped events carry '
+        '"configs", {connector: {"digest", "config"}}, with the values, and "target_states"; '
+        'a restart\'s revoked and assigned carry "reason": "restart"); exit 0 = done. A failing '
+        "assigned call is made once: its resources are reported FAILED with its output (the "
+        "coordinator's status) and started again only on a restart (coordinator-svc restart, "
+        "or the group's automatic restarts); other calls are retried (WORKER_AGENT_EXEC_HOOK)",
     )
     run.add_argument(
         "--hook-timeout-s",
