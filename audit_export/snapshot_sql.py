@@ -205,11 +205,13 @@ def _catalogue(j: _Json, where: str | None, *, config_values: bool = False) -> s
         f"{prefix}SELECT c.group_id, c.name AS resource, 'connector' AS resource_type, "
         f"c.name AS connector, {j.null_int()} AS task, c.task_count, "
         # '': a row written without a digest (by a coordinator older than the column).
-        f"NULLIF(c.config_digest, '') AS config_digest, {config} AS config "
+        f"NULLIF(c.config_digest, '') AS config_digest, {config} AS config, "
+        # The connector's target state (migration 0012); its tasks' rows carry it too.
+        f"c.target_state "
         f"FROM connectors c{filtered}\n"
         f"UNION ALL\n"
         f"SELECT c.group_id, c.name || '-' || CAST(s.n AS TEXT), 'task', c.name, s.n, "
-        f"c.task_count, NULL, NULL FROM connectors c {numbers}{filtered}"
+        f"c.task_count, NULL, NULL, c.target_state FROM connectors c {numbers}{filtered}"
     )
 
 
@@ -307,15 +309,21 @@ CATALOGUE = DerivedTable(
         ("task_count", "INT"),
         ("config_digest", "STRING"),
         ("config", "STRING"),
+        ("target_state", "STRING"),
     ),
     source_table="connectors",
     source_key="c.name",
-    carries=(("connectors", ("group_id", "name", "task_count", "config_digest")),),
+    carries=(("connectors", ("group_id", "name", "task_count", "config_digest", "target_state")),),
 )
 CATALOGUE_WITH_CONFIG_VALUES = replace(
     CATALOGUE,
     query="catalogue_with_config_values",
-    carries=(("connectors", ("group_id", "name", "task_count", "config_digest", "config")),),
+    carries=(
+        (
+            "connectors",
+            ("group_id", "name", "task_count", "config_digest", "config", "target_state"),
+        ),
+    ),
 )
 """The catalogue with each connector's config values as well (same columns)."""
 TARGET_ASSIGNMENT = DerivedTable(

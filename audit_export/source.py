@@ -158,7 +158,7 @@ def with_credentials(source: Source, user: str | None, password: str | None) -> 
 
 # --- the tables ---------------------------------------------------------------------------
 
-ColumnKind = Literal["string", "int", "long", "json", "time", "binary"]
+ColumnKind = Literal["string", "int", "long", "json", "time", "binary", "boolean"]
 
 _SPARK_TYPES: dict[ColumnKind, str] = {
     "string": "STRING",
@@ -167,6 +167,7 @@ _SPARK_TYPES: dict[ColumnKind, str] = {
     "json": "STRING",
     "time": "TIMESTAMP",
     "binary": "BINARY",
+    "boolean": "BOOLEAN",
 }
 
 
@@ -276,6 +277,8 @@ CONNECTORS = TableSpec(
         ("task_count", "int"),
         ("config", "json"),
         ("config_digest", "string"),
+        # Target states (migration 0012, DESIGN 3.20).
+        ("target_state", "string"),
     ),
     hash_key="name",
 )
@@ -294,6 +297,10 @@ RESOURCE_STATUSES = TableSpec(
         ("trace", "string"),
         ("trace_digest", "string"),
         ("reported_at_ms", "long"),
+        # Automatic restarts (migration 0012, DESIGN 3.20).
+        ("auto_attempts", "int"),
+        ("auto_restart_at_ms", "long"),
+        ("auto_exhausted", "boolean"),
     ),
     hash_key="connector",
 )
@@ -353,6 +360,12 @@ STATE_TABLES = (
 """Every table but the events: read on every run (the snapshot; `CONNECTORS` and
 `RESOURCE_STATUSES` without their secret columns), and counted to size the parallel reads."""
 
+_AUTO_RESTARTS = (
+    "the automatic restarts' bookkeeping (migration 0012: consecutive attempts, the pending "
+    "one's time, whether they gave up), the coordinator's timer state: each restart it "
+    "requested is an event (CONNECTOR_RESTART_REQUESTED, reason auto, with the attempt), and "
+    "the snapshot's restart_count counts every restart; `coordinator-svc status` shows the rest"
+)
 WITHHELD: Mapping[tuple[str, str], str] = {
     ("coordinator_settings", "*"): (
         "the coordinators' operational settings (migration 0008: how large sets are stored), "
@@ -380,6 +393,9 @@ WITHHELD: Mapping[tuple[str, str], str] = {
         "nobody without the key can confirm a guessed trace; `coordinator-svc status` or "
         "DescribeGroups show the text to those allowed to describe the group"
     ),
+    ("resource_statuses", "auto_attempts"): _AUTO_RESTARTS,
+    ("resource_statuses", "auto_restart_at_ms"): _AUTO_RESTARTS,
+    ("resource_statuses", "auto_exhausted"): _AUTO_RESTARTS,
     ("target_assignments", "assignor_state"): (
         "the client assignor's opaque state (up to --max-assignor-state-bytes per group), "
         "meaningful only to the assignor's code; DescribeGroups shows it"
