@@ -7,6 +7,9 @@ of its own (`lifecycle`), so that heartbeats and listener calls never wait for e
   request names the digests the agent has (`known_digests`), so an answer carries values only
   for configs that changed. The answer tells the agent (`ControlHost._configs_changed`), which
   starts the resources whose configs have come and tells the worker of changed configs.
+- A grant waits for a fetch sent after it (`granted`, `lifecycle.StartGate`): resources newly
+  granted start only with an answer that names them, so the restart counts their start records
+  are as of the grant (a move satisfies an earlier restart; nothing is restarted twice).
 - Reports: changes only (`lifecycle.StatusBook`), one call in flight, at most one per heartbeat
   interval, each entry under its resource's fencing token. An entry refused NOT_RESOURCE_OWNER
   is dropped (logged at INFO).
@@ -46,6 +49,7 @@ from .lifecycle import (
     ConfigCache,
     ConfigChanges,
     ConnectorConfig,
+    StartGate,
     StatusBook,
     WorkLedger,
     reported_state_for,
@@ -118,7 +122,10 @@ class ControlPlane:
         self.book = StatusBook()
         #: Restart counts acted on, target states applied, failed starts (DESIGN 3.20).
         self.ledger = WorkLedger()
+        #: Connectors whose new grants wait for a fetch sent after them.
+        self.gate = StartGate()
         # Guarded by _cond:
+        self._sent = 0  # fetches sent (numbered 1, 2, ...: `StartGate`)
         self._joins = 0
         self._seen: int | None = None  # the revision of the latest answer
         self._seen_seq = 0  # how many revisions were seen (a fetch's answer must not undo one)
@@ -178,6 +185,26 @@ class ControlPlane:
                 return
             self._refetch = True
             self._cond.notify_all()
+
+    def granted(
+        self, connectors: frozenset[str], ready: frozenset[str] | None
+    ) -> frozenset[str] | None:
+        """An answer granted resources of these `connectors` (DESIGN 3.20 "a grant records the
+        count"): they start only once a fetch sent from now on is answered (one is made even if
+        a fetch is in flight or the revision did not move). Returns `ready` (the machine's start
+        gate) without them."""
+        with self._cond:
+            if self._unsupported or ready is None:
+                return ready
+            self.gate.granted(connectors, self._sent)
+            self._refetch = True
+            self._cond.notify_all()
+            return self.gate.gated(ready)
+
+    def gated(self, ready: frozenset[str] | None) -> frozenset[str] | None:
+        """`ready` less the connectors whose grants wait for a fresher answer."""
+        with self._cond:
+            return self.gate.gated(ready)
 
     def joined(self) -> frozenset[str] | None:
         """The member (re)joined: fetch again before starting anything. Returns the start gate
@@ -440,15 +467,17 @@ class ControlPlane:
             )
             self._refetch = False
             self._fetching = True
+            self._sent += 1
+            number = self._sent
         self.fetches += 1
         try:
-            self._fetch_call(ident, request, joins, seq)
+            self._fetch_call(ident, request, joins, seq, number)
         finally:
             with self._cond:
                 self._fetching = False
 
     def _fetch_call(
-        self, ident: CallIdentity, request: ConfigsRequest, joins: int, seq: int
+        self, ident: CallIdentity, request: ConfigsRequest, joins: int, seq: int, number: int
     ) -> None:
         try:
             answer = self._transport.configs(
@@ -489,6 +518,7 @@ class ControlPlane:
         keep = self._host._lifecycle_keep()
         with self._cond:
             changes = self.cache.apply(resp, keep)
+            self.gate.answered(number)
             current = joins == self._joins
             self._fetched = (joins, resp.lifecycle_revision)
             if seq == self._seen_seq:

@@ -1,8 +1,10 @@
 """The agent's side of the connector lifecycle (DESIGN 3.20), the pure pieces: what it knows of
 the configs of what it holds (`ConfigCache`), the listener payload's `configs` and
-`target_states` (`configs_json`), the statuses it owes the coordinator (`StatusBook`), and the
-checks of a status a worker reports (`parse_status_report`). No I/O, no clock, no threads: the
-runtime (`worker_agent.control`) drives them.
+`target_states` (`configs_json`), the statuses it owes the coordinator (`StatusBook`), what it
+did about target states and restarts (`WorkLedger`), which connectors wait for a fetch sent
+after their latest grant (`StartGate`), and the checks of a status a worker reports
+(`parse_status_report`). No I/O, no clock, no threads: the runtime (`worker_agent.control`)
+drives them.
 
 Config values never reach a log line: `ConnectorConfig`'s repr shows the digest only, and every
 log line of the agent names digests, never values.
@@ -31,6 +33,7 @@ __all__ = [
     "ConfigChanges",
     "ConnectorConfig",
     "ResourceNotHeld",
+    "StartGate",
     "StatusBook",
     "WorkLedger",
     "configs_json",
@@ -310,6 +313,44 @@ class WorkLedger:
                 continue  # a task of a stopped connector is revoked, not stopped in place
             changed.setdefault(target, []).append(resource)
         return {target: _set_of(resources) for target, resources in changed.items()}
+
+
+class StartGate:
+    """Which connectors' new grants wait for a fresher ConnectGroupConfigs answer (DESIGN 3.20
+    "a grant records the count"). Pure.
+
+    A start records the restart counts of the last answer as acted on; an answer to a fetch
+    sent before the grant does not name the granted resource (answers list what the member
+    holds), so its count would read 0 and the next answer's persisted count (a restart done on
+    the previous holder) would restart a resource that has just started fresh. So a connector
+    granted something waits until a fetch sent after the grant's answer arrived has been
+    answered. Fetches are numbered 1, 2, ... as they are sent (one at a time, so answers come
+    in that order)."""
+
+    def __init__(self) -> None:
+        #: connector -> how many fetches had been sent when it was last granted something.
+        self._waiting: dict[str, int] = {}
+
+    def granted(self, connectors: Iterable[str], fetches_sent: int) -> None:
+        """An answer granted resources of `connectors`, after `fetches_sent` fetches were
+        sent."""
+        for name in connectors:
+            self._waiting[name] = fetches_sent
+
+    def answered(self, fetch: int) -> None:
+        """Fetch number `fetch` was answered: the grants made before it was sent are covered."""
+        self._waiting = {name: sent for name, sent in self._waiting.items() if sent >= fetch}
+
+    @property
+    def waiting(self) -> frozenset[str]:
+        return frozenset(self._waiting)
+
+    def gated(self, ready: frozenset[str] | None) -> frozenset[str] | None:
+        """`ready` (a machine's `ready_connectors`; None: no gate) less the waiting
+        connectors."""
+        if ready is None or not self._waiting:
+            return ready
+        return ready - self._waiting.keys()
 
 
 def _set_of(resources: Iterable[Resource]) -> ResourceSet:

@@ -16,10 +16,12 @@ remainder only.
 The connector lifecycle (DESIGN 3.20) runs on a thread of its own (`control.ControlPlane`): it
 fetches configs after every join and whenever an answer's lifecycle revision moved, and reports
 statuses. The machines start a resource only once its connector's config has come
-(`ready_connectors`); `assigned` events carry the configs, a changed config of a running
-resource is a `reconfigured` call (on the listener thread, in order with the others), a failed
-`assigned` call reports its resources FAILED with the hook's output and a successful one RUNNING
-(PAUSED, STOPPED as targeted). A worker reports later changes with `report_status` (the status
+(`ready_connectors`), and a newly granted one only with the answer to a fetch sent after its
+grant (so the restart count its start records is the grant's: a move repeats no restart);
+`assigned` events carry the configs, a changed config of a running resource is a
+`reconfigured` call (on the listener thread, in order with the others), a failed `assigned`
+call reports its resources FAILED with the hook's output and a successful one RUNNING (PAUSED,
+STOPPED as targeted). A worker reports later changes with `report_status` (the status
 endpoint's POST /status calls it).
 """
 
@@ -738,6 +740,17 @@ class AgentBase:
         if gone:
             self.machine.configs_dropped(gone)
 
+    def _granted(self, granted: ResourceSet) -> None:
+        """With the lock held, after an answer granted `granted` (resources newly assigned):
+        they start only with the answer to a fetch sent from now on (DESIGN 3.20 "a grant
+        records the count"). The last answer does not name them, so their restart counts would
+        read 0, and a count persisted by an earlier restart (on their previous holder) would
+        restart them again right after their fresh start."""
+        if granted:
+            self.machine.ready_connectors = self.control.granted(
+                connectors_of(granted), self.machine.ready_connectors
+            )
+
     def _check_awaiting_configs(self) -> None:
         """After an answer: if resources wait for configs the last fetch did not bring (the
         start gate lost a connector in a race, or the fetch predates the grant), fetch again
@@ -759,7 +772,8 @@ class AgentBase:
             if changes is None:
                 self.machine.ready_connectors = None
             elif current:
-                self.machine.ready_connectors = changes.confirmed
+                # Less what was granted after this answer's fetch was sent (`_granted`).
+                self.machine.ready_connectors = self.control.gated(changes.confirmed)
             m = self.machine
             ready, running = m.ready, m.running
         self._wake.set()
@@ -1028,6 +1042,8 @@ class Agent(AgentBase):
             if answered and not was_member and self.machine.phase is Phase.MEMBER:
                 # Joined: nothing starts before the configs fetched after the join.
                 self.machine.ready_connectors = self.control.joined()
+            if answered:
+                self._granted(after - before)
         if answered:
             self.control.saw_revision(response.lifecycle_revision)
             self._check_awaiting_configs()

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from connect_protocol import classic_wire
 from connect_protocol.errors import ErrorCode
-from connect_protocol.resources import ResourceSet
+from connect_protocol.resources import EMPTY, ResourceSet
 
 from ..listener import WorkerRebalanceListener
 from ..membership import FindCoordinator, StartWork, StopWork
@@ -200,6 +200,8 @@ class ClassicAgent(AgentBase):
                         # 3.20).
                         self._joined_as = member_id
                         self.machine.ready_connectors = self.control.joined()
+                    if synced and after is not None:
+                        self._granted(after - (before or EMPTY))
                 if synced:
                     self.control.saw_revision(sync_answer.lifecycle_revision)
                     self._check_awaiting_configs()
