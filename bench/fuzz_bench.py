@@ -5,11 +5,11 @@ Run it through ./bench/run-fuzz (see bench/README.md, "Fuzz benchmark"). It star
 PostgreSQL and `coordinator-svc serve` on 127.0.0.1 (with a small --max-message-bytes, so that
 oversized bodies are cheap to send), a healthy group of a few scripted members heartbeating every
 200 ms on a thread of its own, then client threads, each with its own channel, that send
---requests hostile requests in all over the twelve RPCs of ConnectGroupCoordinator and
-ConnectGroupAdmin: half well-formed messages with hostile field values, half raw bodies (random
-or mutated encodings). The generators, the judge of answers, the log scan and the SQL invariants
-are the fuzz tests' (`tests/support/hostile.py`); here they draw from seeded `random.Random`s
-(--seed), so a run is reproducible up to the interleaving of the threads.
+--requests hostile requests in all over every RPC of ConnectGroupCoordinator, ConnectGroupAdmin
+and ConnectGroupClassic: half well-formed messages with hostile field values, half raw bodies
+(random or mutated encodings). The generators, the judge of answers, the log scan and the SQL
+invariants are the fuzz tests' (`tests/support/hostile.py`); here they draw from seeded
+`random.Random`s (--seed), so a run is reproducible up to the interleaving of the threads.
 
 It prints the answers per RPC per outcome (gRPC status, or OK with the in-band error code) and
 the counts that must be zero: INTERNAL/UNKNOWN statuses, in-band UNKNOWN_SERVER_ERROR, other

@@ -14,9 +14,12 @@ leases of groups that do not exist).
 
 Examples are derandomized (the same draws every run) and sent in batches of concurrent calls.
 The tests share one coordinator, in this order (a Prepare or an Install gets further once
-heartbeats have made members and assignor members to name; a SyncGroup, once JoinGroups have
-handed out member ids and generations). A JoinGroup or SyncGroup may be held for its phase
-(parked): those are sent with a short deadline, which may pass (DEADLINE_EXCEEDED).
+heartbeats have made members and assignor members to name; a pause, restart, resume or stop,
+while the catalogues hold connectors that members hold and have reported on (a restart before
+the stops, which it is refused for; all before DeleteConnector's examples empty the catalogues);
+a SyncGroup, once JoinGroups have handed out member ids and generations). A JoinGroup or
+SyncGroup may be held for its phase (parked): those are sent with a short deadline, which may
+pass (DEADLINE_EXCEEDED).
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ ORDER = (
     "ConnectGroupInstallAssignment",
     "ConnectGroupConfigs",
     "ConnectGroupReportStatus",
+    "PauseConnector",
+    "RestartConnector",
+    "ResumeConnector",
+    "StopConnector",
     "DeleteConnector",
     "ListGroups",
     "DescribeGroups",
@@ -44,10 +51,6 @@ ORDER = (
     "RemoveAcl",
     "DescribeFeatures",
     "UpdateFeatures",
-    "PauseConnector",
-    "ResumeConnector",
-    "StopConnector",
-    "RestartConnector",
     "JoinGroup",
     "SyncGroup",
     "Heartbeat",

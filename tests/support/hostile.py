@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from connect.group.v1 import admin_pb2, classic_pb2, common_pb2, coordinator_pb2
 from google.protobuf.message import DecodeError, Message
 
+from connect_protocol import configs
 from connect_protocol.errors import ErrorCode
 from tests.support.client import ScriptedWorker
 from tests.support.coordinator import Stubs
@@ -142,11 +143,18 @@ ODD_TEXT = (
 NAME_LIMIT, URL_LIMIT, ERROR_MESSAGE_LIMIT = 249, 2_048, 4_096
 
 ASSIGNOR_NAMES = ("incremental_cooperative", "eager")
-CONFIG_KEYS = (
-    "session.timeout.ms",
-    "heartbeat.interval.ms",
-    "rebalance.timeout.ms",
-    "scheduled.rebalance.max.delay.ms",
+#: Every group configuration (the table's, so keys added later are drawn too: the automatic
+#: restarts' restart.failed.*), and the bounds of the integer ones (values at and next to each).
+CONFIG_KEYS = configs.CONFIG_KEYS
+CONFIG_BOUNDS = tuple(
+    sorted(
+        {
+            bound
+            for row in configs.GROUP_CONFIGS
+            if isinstance(row, configs.IntConfig)
+            for bound in (row.minimum, row.maximum)
+        }
+    )
 )
 NUMBERS_AS_TEXT = (
     "3000", "-1", "0", "1", "2", "999", "1000", "2147483647", "2147483648", "-2147483648",
@@ -230,6 +238,20 @@ class Prepared:
     member_ids: tuple[str, ...]
     connectors: tuple[str, ...]
     tasks: tuple[tuple[str, int], ...]
+
+
+#: The admin RPCs whose answer carries the group's epoch after the call (entering or leaving
+#: STOPPED bumps it, as a task count change does).
+EPOCH_ANSWERS = frozenset(
+    {
+        "PutConnector",
+        "DeleteConnector",
+        "PauseConnector",
+        "ResumeConnector",
+        "StopConnector",
+        "RestartConnector",
+    }
+)
 
 
 @dataclass
@@ -356,7 +378,7 @@ class World:
                 tuple(c.name for c in resp.catalogue),
                 tuple((c.name, t) for c in resp.catalogue for t in range(min(c.task_count, 64))),
             )
-        elif rpc in ("PutConnector", "DeleteConnector") and resp.error_code == ErrorCode.NONE:
+        elif rpc in EPOCH_ANSWERS and resp.error_code == ErrorCode.NONE:
             self.group_epochs[req.group_id] = resp.group_epoch
         elif rpc == "JoinGroup":
             if resp.error_code == ErrorCode.MEMBER_ID_REQUIRED and resp.member_id:
@@ -667,6 +689,7 @@ def alter_group_configs(src: Source, world: World) -> admin_pb2.AlterGroupConfig
             src,
             [
                 (3, lambda: src.pick(NUMBERS_AS_TEXT)),
+                (1, lambda: str(int32(src, CONFIG_BOUNDS))),
                 (1, lambda: str(int64(src))),
                 (1, lambda: text(src)),
             ],
