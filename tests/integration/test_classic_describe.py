@@ -184,6 +184,7 @@ def test_the_cli_lists_and_describes_classic_groups(coordinator: InProcessCoordi
     # Only the configurations that apply to classic groups.
     assert (
         "configs: assignor.principals=, group.protocol.migration.policy=bidirectional, "
+        "restart.failed.backoff.ms=10000, restart.failed.max.attempts=10, "
         "scheduled.rebalance.max.delay.ms=2000\n"
     ) in text
     member_lines = {line.split()[0]: line.split() for line in text.splitlines()[1:] if line}
