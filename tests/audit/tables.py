@@ -126,7 +126,7 @@ class Database:
         """The connector rows carry the digest of their config (recomputed here from the
         stored config, keyed by the database's key, or unkeyed for a row stored before
         migration 0005; None for a row stored without one) and, with `config_values`, the
-        config itself."""
+        config itself; every row its connector's target state."""
         out: list[Row] = []
         key = self.digest_key()
         for c in self.rows(schema.connectors):
@@ -144,6 +144,7 @@ class Database:
                     c["task_count"],
                     digest,
                     config,
+                    c["target_state"],  # the connector's target state (migration 0012)
                 )
             )
             out += [
@@ -156,6 +157,7 @@ class Database:
                     c["task_count"],
                     None,
                     None,
+                    c["target_state"],  # its tasks' rows carry it too
                 )
                 for i in range(c["task_count"])
             ]

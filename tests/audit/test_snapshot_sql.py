@@ -299,11 +299,11 @@ def test_the_database_flattens_the_derived_tables_as_the_oracle_does(filled: str
     # The cases are really there (the oracle could be wrong the same way).
     # Digests, no config values, unless asked; NULL where the row has no digest.
     keyed = config_digest({}, key)
-    assert ("g1", "Zéro", "connector", "Zéro", None, 0, keyed, None) in catalogue
-    assert ("g1", "Zéro", "connector", "Zéro", None, 0, keyed, "{}") in with_values
+    assert ("g1", "Zéro", "connector", "Zéro", None, 0, keyed, None, "STARTED") in catalogue
+    assert ("g1", "Zéro", "connector", "Zéro", None, 0, keyed, "{}", "STARTED") in with_values
     older = config_digest({"topic": "t-é", 'pass"word': "a\\b\n"})  # copied as stored
-    assert ("g1", "B", "connector", "B", None, 1, older, None) in catalogue
-    assert ("g2", "A", "connector", "A", None, 1, None, None) in catalogue
+    assert ("g1", "B", "connector", "B", None, 1, older, None, "STARTED") in catalogue
+    assert ("g2", "A", "connector", "A", None, 1, None, None, "STARTED") in catalogue
     assert all(r[7] is None for r in catalogue)
     assert "other" not in repr(catalogue) and "other" in repr(with_values)
     assert not [r for r in catalogue if r[3] == "Zéro" and r[2] == "task"]
