@@ -253,7 +253,8 @@ class Worker {
     this.fatal = null;
     // Connector lifecycle (DESIGN 3.20). A revision of 0 in heartbeat answers: nothing was ever
     // granted (or a coordinator without the lifecycle calls): nothing to fetch or report.
-    this.revision = 0; // lifecycle_revision of the last successful heartbeat answer
+    this.revision = 0; // lifecycle_revision of the last heartbeat answer (or newer: fetchConfigs)
+    this.revisionsSeen = 0; // how many times a heartbeat answer changed it (see fetchConfigs)
     this.fetchedRevision = null; // of the last ConnectGroupConfigs answer since the join
     this.configs = new Map(); // connector -> {digest, config, target_state} of what it holds
     this.reconfigure = new Set(); // running connectors whose digest changed, for onReconfigure
@@ -719,7 +720,9 @@ class Worker {
     if (resp.session_timeout_ms > 0) this.sessionTimeoutMs = resp.session_timeout_ms;
     this.nextHeartbeatAt = Date.now() + this.heartbeatIntervalMs;
     this.epoch = resp.member_epoch;
-    this.revision = Number(resp.lifecycle_revision) || 0;
+    const revision = Number(resp.lifecycle_revision) || 0;
+    if (revision !== this.revision) this.revisionsSeen += 1;
+    this.revision = revision;
     if (resp.assignment) {
       // Present: the full set we may run now. Absent (null): keep what we have.
       this.assigned = toSet(resp.assignment.connectors_and_tasks);
@@ -869,6 +872,7 @@ class Worker {
   async fetchConfigs() {
     const o = this.o;
     const membership = this.membership;
+    const seen = this.revisionsSeen;
     const known_digests = {};
     this.configs.forEach((held, name) => (known_digests[name] = held.digest));
     const request = {
@@ -912,6 +916,13 @@ class Worker {
     this.restartCounts = restartCountsFrom(resp.restart_counts);
     this.fetchedRevision = incomplete ? null : Number(resp.lifecycle_revision);
     if (incomplete) this.fetchNotBefore = Date.now() + this.heartbeatIntervalMs;
+    else if (seen === this.revisionsSeen) {
+      // No heartbeat answer brought a revision while it was asked: the answer's is the latest
+      // known (it may be newer than the last heartbeat's, when the revision rose meanwhile).
+      // Without this, such an answer would be fetched again and again until a heartbeat answer
+      // caught up, and nothing would start meanwhile.
+      this.revision = this.fetchedRevision;
+    }
     const config_digests = {};
     configs.forEach((held, name) => (config_digests[name] = held.digest));
     this.log('configs', {

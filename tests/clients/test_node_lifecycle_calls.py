@@ -10,7 +10,9 @@ answers and refusals happen exactly when the test wants them:
 - it reports changes only, one call in flight, at most one per heartbeat interval, and does not
   resend an entry refused with NOT_RESOURCE_OWNER;
 - a failed start is made once, and made again on the restart counts of a later answer (issue
-  29).
+  29);
+- an answer reflecting a revision newer than the last heartbeat answer's is the latest: it is
+  not fetched again and again until a heartbeat answer catches up.
 
 The worker is node_lifecycle_worker.js: onStart throws while a file exists."""
 
@@ -223,3 +225,70 @@ def test_node_client_backs_off_fetches_before_starting_and_reports_changes_once(
         "ConnectGroupConfigs",
         "ConnectGroupReportStatus",
     ]
+
+
+class AheadFake(FakeCoordinator):
+    """The revision rises between a heartbeat answer and the fetch it causes: heartbeats answer
+    revision 1 until the first fetch was answered, which reflects revision 2 (as if a pause
+    came meanwhile), and revision 2 from then on. Reports are counted."""
+
+    def __init__(self) -> None:
+        self.state = Lifecycle()
+        super().__init__(self.script)
+
+    def script(self, req: HeartbeatRequest, seen: list[Seen]) -> HeartbeatResponse:
+        if req.member_epoch < 0:
+            return HeartbeatResponse(member_epoch=req.member_epoch)
+        base = answer(1, SHARE, TOKENS, interval_ms=AHEAD_INTERVAL_MS)
+        if req.member_epoch != 0:
+            base = answer(1, interval_ms=AHEAD_INTERVAL_MS)
+        return dataclasses.replace(base, lifecycle_revision=2 if self.state.of("configs") else 1)
+
+    def ConnectGroupConfigs(
+        self, request: coordinator_pb2.ConnectGroupConfigsRequest, context: Any
+    ) -> coordinator_pb2.ConnectGroupConfigsResponse:
+        held = coordinator_pb2.HeldConnector(
+            connector="A", config_digest="sha256:first", target_state=common_pb2.TARGET_STARTED
+        )
+        if request.known_digests.get("A") != "sha256:first":
+            held.config.values.update({"topic": "t"})
+        with self.state.lock:
+            self.state.calls.append(Call("configs", time.time(), time.time(), request, "NONE"))
+        return coordinator_pb2.ConnectGroupConfigsResponse(lifecycle_revision=2, connectors=[held])
+
+    def ConnectGroupReportStatus(
+        self, request: coordinator_pb2.ConnectGroupReportStatusRequest, context: Any
+    ) -> coordinator_pb2.ConnectGroupReportStatusResponse:
+        results = [
+            coordinator_pb2.StatusEntryResult(connector=e.connector, task=e.task)
+            if e.HasField("task")
+            else coordinator_pb2.StatusEntryResult(connector=e.connector)
+            for e in request.entries
+        ]
+        return coordinator_pb2.ConnectGroupReportStatusResponse(
+            lifecycle_revision=2, results=results
+        )
+
+
+AHEAD_INTERVAL_MS = 1000
+
+
+def test_node_client_takes_a_fetch_answers_newer_revision_without_fetching_again(
+    node_client: NodeClient, tmp_path: Path
+) -> None:
+    """An answer whose revision is newer than the last heartbeat answer's (no heartbeat answer
+    came while it was asked) is the latest the worker knows: it starts at once and does not
+    fetch again (it used to fetch in a loop, and start nothing, until a heartbeat answer caught
+    up)."""
+    with AheadFake() as fake:
+        worker = LifecycleWorker(node_client.node, fake.address, "g", tmp_path).start()
+        try:
+            wait_for("the start", lambda: worker.events("start"), diagnostics=worker.log_text)
+            time.sleep(1.5 * AHEAD_INTERVAL_MS / 1000)  # the next heartbeat answer: revision 2
+            assert worker.terminate() == 0, worker.log_text()
+        finally:
+            worker.kill()
+    (fetch,) = fake.state.of("configs")
+    (start,) = worker.events("start")
+    assert start["ts"] - fetch.end < AHEAD_INTERVAL_MS / 1000 / 2  # not after a heartbeat
+    assert [r["callback"] for r in worker.received()] == ["onStart", "onStop"]
