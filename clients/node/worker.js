@@ -463,32 +463,50 @@ class Worker {
   /**
    * A restart in place (DESIGN 3.20, KIP-745): onStop then onStart, both with reason "restart",
    * for exactly these resources; ownership does not change (no heartbeat field moves). The
-   * stop is retried as any; the start is made once.
+   * stop is retried as any; the start is made once, and only of what this membership still
+   * holds when the stop returned (a fence or a revocation meanwhile: the rest stays stopped
+   * and is released).
    */
   async restartWork(resources) {
     await null; // reconcile() stores this promise as `busy` before any of it runs
+    const membership = this.membership;
     const what = this.described(resources);
     const counts = new Map([...resources].map((r) => [r, this.restartCounts.get(r) || 0]));
     this.log('restart', { member_epoch: this.epoch, ...what });
-    resources.forEach((r) => this.reported.delete(r)); // it reads RESTARTING: report again
+    // It reads RESTARTING: nothing is reported until the restart resolves, then reported again
+    // even if unchanged.
+    resources.forEach((r) => (this.statuses.delete(r), this.reported.delete(r)));
     const running = new Set([...resources].filter((r) => !this.failedStarts.has(r)));
     if (running.size > 0) {
-      await this.retry(() => this.onStop({ ...this.described(running), reason: 'restart' }), 'stop');
+      const stop = { ...this.described(running), reason: 'restart' };
+      await this.retry(() => this.onStop(stop), 'stop');
     }
-    try {
-      await this.onStart({ ...what, ...this.configsOf(resources), reason: 'restart' });
-      this.recordStart(resources, counts, true);
-      resources.forEach((r) => {
-        const held = this.configs.get(connectorOf(r));
-        this.statuses.set(r, { state: this.stateFor(r, held && held.target_state), trace: '' });
-      });
-    } catch (err) {
-      this.log('error', { what: 'restart', error: String(err) });
-      this.recordStart(resources, counts, false);
-      this.setStatus(resources, 'FAILED', traceOf(err));
+    const member = this.phase === 'MEMBER' && membership === this.membership;
+    const again = new Set([...resources].filter((r) => member && this.assigned.has(r)));
+    const gone = minus(resources, again);
+    if (gone.size > 0) this.released(gone, 'revoked during a restart');
+    if (again.size > 0) {
+      try {
+        const start = { ...this.described(again), ...this.configsOf(again), reason: 'restart' };
+        await this.onStart(start);
+        this.recordStart(again, counts, true);
+        again.forEach((r) => {
+          const connector = this.configs.get(connectorOf(r));
+          const state = this.stateFor(r, connector && connector.target_state);
+          this.statuses.set(r, { state, trace: '' });
+        });
+      } catch (err) {
+        this.log('error', { what: 'restart', error: String(err) });
+        this.recordStart(again, counts, false);
+        this.setStatus(again, 'FAILED', traceOf(err));
+      }
     }
-    this.busy = null;
-    this.wakeUp();
+    if (gone.size > 0) {
+      this.done(); // released: the next heartbeat no longer lists them
+    } else {
+      this.busy = null;
+      this.wakeUp();
+    }
   }
 
   /**
@@ -535,6 +553,12 @@ class Worker {
     // A resource whose start failed runs nothing: it is given up without onStop.
     const started = new Set([...resources].filter((r) => !this.failedStarts.has(r)));
     if (started.size > 0) await this.retry(() => this.onStop(this.described(started)), 'stop');
+    this.released(resources, reason, what, epoch);
+    this.done(); // acknowledge at once: the next heartbeat no longer lists them
+  }
+
+  /** Stopped resources are no longer run nor owned: forget them; the `stop` line says so. */
+  released(resources, reason, what = this.described(resources), epoch = this.epoch) {
     resources.forEach((r) => {
       this.running.delete(r);
       this.statuses.delete(r); // released: the coordinator reads it UNASSIGNED until reported
@@ -546,7 +570,6 @@ class Worker {
     this.log('stop', { member_epoch: epoch, reason, ...what });
     const keep = union(this.assigned, this.running);
     [...this.tokens.keys()].filter((k) => !keep.has(k)).forEach((k) => this.tokens.delete(k));
-    this.done(); // acknowledge at once: the next heartbeat no longer lists them
   }
 
   async startWork(resources) {

@@ -12,7 +12,9 @@ answers and refusals happen exactly when the test wants them:
 - a failed start is made once, and made again on the restart counts of a later answer (issue
   29);
 - an answer reflecting a revision newer than the last heartbeat answer's is the latest: it is
-  not fetched again and again until a heartbeat answer catches up.
+  not fetched again and again until a heartbeat answer catches up;
+- a restart starts again only what the membership still holds once its onStop returned (a
+  worker fenced meanwhile starts nothing).
 
 The worker is node_lifecycle_worker.js: onStart throws while a file exists."""
 
@@ -27,6 +29,7 @@ from typing import Any
 
 from connect.group.v1 import common_pb2, coordinator_pb2
 
+from connect_protocol.errors import ErrorCode
 from connect_protocol.messages import HeartbeatRequest, HeartbeatResponse
 from connect_protocol.tokens import FencingTokens
 from tests.clients.conftest import NodeClient
@@ -292,3 +295,98 @@ def test_node_client_takes_a_fetch_answers_newer_revision_without_fetching_again
     (start,) = worker.events("start")
     assert start["ts"] - fetch.end < AHEAD_INTERVAL_MS / 1000 / 2  # not after a heartbeat
     assert [r["callback"] for r in worker.received()] == ["onStart", "onStop"]
+
+
+RESTART_STOP_MS = 1500
+
+
+class FencedDuringRestartFake(FakeCoordinator):
+    """Epoch 1 with A and A-0 at revision 1 (restart counts 0); once the worker reported them
+    RUNNING, revision 2, whose answer raises A-0's restart count to 1; 300 ms after that answer
+    (while the restart's onStop runs, RESTART_STOP_MS), heartbeats are answered
+    FENCED_MEMBER_EPOCH until the worker rejoins, and the rejoin gets nothing."""
+
+    def __init__(self) -> None:
+        self.state = Lifecycle()
+        self.restart_answered_at: float | None = None
+        super().__init__(self.script)
+
+    def script(self, req: HeartbeatRequest, seen: list[Seen]) -> HeartbeatResponse:
+        if req.member_epoch < 0:
+            return HeartbeatResponse(member_epoch=req.member_epoch)
+        at = self.restart_answered_at
+        if req.member_epoch == 0 and at is not None:
+            return answer(2, rs(), interval_ms=INTERVAL_MS)  # the rejoin: nothing
+        if req.member_epoch == 0:
+            base = answer(1, SHARE, TOKENS, interval_ms=INTERVAL_MS)
+        elif at is not None and time.monotonic() > at + 0.3:
+            return HeartbeatResponse(ErrorCode.FENCED_MEMBER_EPOCH, "fenced by the test")
+        else:
+            base = answer(1, interval_ms=INTERVAL_MS)
+        return dataclasses.replace(base, lifecycle_revision=self.state.revision)
+
+    def ConnectGroupConfigs(
+        self, request: coordinator_pb2.ConnectGroupConfigsRequest, context: Any
+    ) -> coordinator_pb2.ConnectGroupConfigsResponse:
+        held = coordinator_pb2.HeldConnector(
+            connector="A", config_digest="sha256:first", target_state=common_pb2.TARGET_STARTED
+        )
+        if request.known_digests.get("A") != "sha256:first":
+            held.config.values.update({"topic": "t"})
+        revision = self.state.revision
+        count = coordinator_pb2.RestartCount(connector="A", task=0, restart_count=1)
+        if revision == 2 and self.restart_answered_at is None:
+            self.restart_answered_at = time.monotonic()
+        return coordinator_pb2.ConnectGroupConfigsResponse(
+            lifecycle_revision=revision,
+            connectors=[held],
+            restart_counts=[count] if revision == 2 else [],
+        )
+
+    def ConnectGroupReportStatus(
+        self, request: coordinator_pb2.ConnectGroupReportStatusRequest, context: Any
+    ) -> coordinator_pb2.ConnectGroupReportStatusResponse:
+        self.state.revision = 2  # A-0 restarted (RestartConnector)
+        results = [
+            coordinator_pb2.StatusEntryResult(connector=e.connector, task=e.task)
+            if e.HasField("task")
+            else coordinator_pb2.StatusEntryResult(connector=e.connector)
+            for e in request.entries
+        ]
+        return coordinator_pb2.ConnectGroupReportStatusResponse(
+            lifecycle_revision=2, results=results
+        )
+
+
+def test_node_client_starts_nothing_again_when_fenced_during_a_restart(
+    node_client: NodeClient, tmp_path: Path
+) -> None:
+    """A restart stops the resource, then starts it only if the membership still holds it: a
+    worker fenced while the restart's onStop ran (the coordinator may hand the task to another
+    worker once the session is over) does not start it again; it releases it and rejoins."""
+    with FencedDuringRestartFake() as fake:
+        worker = LifecycleWorker(node_client.node, fake.address, "g", tmp_path)
+        worker.start(str(RESTART_STOP_MS))
+        try:
+            wait_for(
+                "the rejoin",
+                lambda: len(worker.events("joined")) >= 2,
+                timeout_s=10,
+                diagnostics=worker.log_text,
+            )
+            assert worker.terminate() == 0, worker.log_text()
+        finally:
+            worker.kill()
+    got = [(r["callback"], r.get("reason"), r["connectors"], r["tasks"]) for r in worker.received()]
+    task = [{"connector": "A", "task": 0}]
+    assert got == [
+        ("onStart", None, ["A"], task),
+        ("onStop", "restart", [], task),
+        ("onStop", None, ["A"], []),  # the fence: what still runs
+    ], got
+    (rejoin,) = worker.events("rejoin")
+    released = [line for line in worker.events("stop") if line["ts"] > rejoin["ts"]]
+    assert [(line["reason"], line["tasks"]) for line in released] == [
+        ("revoked during a restart", task),
+        ("membership lost", []),
+    ], released
