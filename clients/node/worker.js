@@ -22,9 +22,13 @@
  * differs from the one its last fetch reflected, and starts new work only once it has them
  * (onStart gets `configs`; a held connector whose digest changed goes to onReconfigure). Its log
  * lines carry config digests, never values. It reports what it runs (ConnectGroupReportStatus):
- * RUNNING once onStart resolved, FAILED with the error when onStart throws; changes only, one
- * call in flight, at most one per heartbeat interval. Both calls wait out
- * THROTTLING_QUOTA_EXCEEDED's throttle_time_ms.
+ * RUNNING once onStart resolved, FAILED with the error when onStart throws (made once: it runs
+ * again only on a restart); changes only, one call in flight, at most one per heartbeat
+ * interval. Both calls wait out THROTTLING_QUOTA_EXCEEDED's throttle_time_ms. Target states and
+ * restarts (DESIGN 3.20, issue 29): a held connector's target state change goes to
+ * onTargetState (paused, resumed, stopped) and is reported PAUSED, RUNNING or STOPPED; a restart
+ * count above the one acted on restarts the resource in place (onStop then onStart, reason
+ * "restart"), a start recording the count of the answer it started with.
  */
 
 const crypto = require('crypto');
@@ -78,6 +82,12 @@ const FATAL = new Set([
 ]);
 /** Another (or no) process serves the group: FindCoordinator, reconnect, retry. */
 const FIND = new Set(['NOT_COORDINATOR', 'COORDINATOR_NOT_AVAILABLE']);
+/** A connector's target state (DESIGN 3.20) -> the event onTargetState is handed with it. */
+const TARGET_EVENTS = {
+  TARGET_PAUSED: 'paused',
+  TARGET_STARTED: 'resumed',
+  TARGET_STOPPED: 'stopped',
+};
 /** The longest trace a status report carries (the coordinator keeps --status-trace-max-bytes). */
 const MAX_TRACE_CHARS = 16384;
 // Everything else (COORDINATOR_LOAD_IN_PROGRESS, UNKNOWN_SERVER_ERROR, GROUP_MAX_SIZE_REACHED,
@@ -210,8 +220,8 @@ class Worker {
    *   "restart" when they are restarted in place and started again right after)
    * @param {(r: object) => Promise<void> | void} [o.onTargetState] a held connector was
    *   paused, resumed or stopped ({connectors, tasks, fencing_tokens, configs, target_states,
-   *   target_state: "PAUSED" | "STARTED" | "STOPPED"}); reported PAUSED, RUNNING or STOPPED once
-   *   it resolves
+   *   target_state: "PAUSED" | "STARTED" | "STOPPED", event: "paused" | "resumed" | "stopped"});
+   *   reported PAUSED, RUNNING or STOPPED once it resolves
    * @param {(r: object) => Promise<void> | void} [o.onReconfigure] running resources whose
    *   connector's config changed ({connectors, tasks, fencing_tokens, configs, target_states},
    *   `connectors` naming the reconfigured connectors); throwing reports them FAILED
@@ -446,9 +456,10 @@ class Worker {
     for (const [target, resources] of changes) {
       const what = this.described(resources);
       const target_state = target.replace('TARGET_', '');
-      this.log('target_state', { member_epoch: this.epoch, target_state, ...what });
+      const event = TARGET_EVENTS[target]; // the agent's event names (DESIGN 2.3)
+      this.log('target_state', { member_epoch: this.epoch, target_state, event, ...what });
       await this.retry(
-        () => this.onTargetState({ ...what, ...this.configsOf(resources), target_state }),
+        () => this.onTargetState({ ...what, ...this.configsOf(resources), target_state, event }),
         'target_state',
       );
       resources.forEach((r) => {
