@@ -270,6 +270,11 @@ class ControlPlane:
         with self._cond:
             self.book.forget(resources)
 
+    def stopped_in_place(self, resources: ResourceSet) -> None:
+        """A restart stopped these and will not start them (see `WorkLedger`)."""
+        with self._cond:
+            self.ledger.stopped_in_place(resources)
+
     def not_started(self, resources: ResourceSet) -> ResourceSet:
         """Those of `resources` whose last start failed (they run nothing)."""
         with self._cond:

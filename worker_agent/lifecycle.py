@@ -281,6 +281,11 @@ class WorkLedger:
             if resource in self._applied:
                 self._applied[resource] = target
 
+    def stopped_in_place(self, resources: ResourceSet) -> None:
+        """A restart stopped these and did not start them again (the membership was lost
+        meanwhile): they run nothing, as after a failed start."""
+        self._failed.update(_resources(resources))
+
     def forget(self, resources: ResourceSet) -> None:
         """These resources stopped (revoked): nothing is owed about them any more."""
         for resource in _resources(resources):

@@ -96,6 +96,10 @@ RPC_TIMEOUT_S = 5.0
 LEAVE_TIMEOUT_S = 10.0
 
 
+#: Phases (both machines') in which a restart does not start again what it stopped: the
+#: membership is lost, being left, or ended by a fatal error.
+_NOT_STARTING_FROM = frozenset({"REJOINING", "UNJOINED", "LEAVING", "STOPPING", "LEFT"})
+
 #: The listener event that applies each target state (DESIGN 3.20).
 _TARGET_EVENTS: dict[TargetState, EventKind] = {
     TargetState.PAUSED: "paused",
@@ -645,6 +649,16 @@ class AgentBase:
             max_backoff_s=self.settings.listener_max_backoff_s,
             log=log,
         ):
+            return
+        with self._lock:
+            phase = self.machine.phase.value
+        if phase in _NOT_STARTING_FROM:
+            # The membership was lost (or is being left) while they stopped: they are not
+            # started again; the stop in progress gives them up.
+            log.info(
+                "restart of %s not completed: %s", describe_resources(resources), phase.lower()
+            )
+            self.control.stopped_in_place(resources)  # their final stop calls no listener
             return
         configs = self.control.configs_for(resources)
         counts = self.control.restart_counts_for(resources)

@@ -89,3 +89,31 @@ def test_a_restarted_task_moved_to_a_holder_of_its_connector_starts_once(
         (r.event, r.reason) for r in list(w1.records) if r.t_start >= t_move and task in r.resources
     ]
     assert calls == [("assigned", "")], calls
+
+
+@pytest.mark.parametrize("group_protocol", ["connect", "classic"])
+def test_a_restart_interrupted_by_a_leave_does_not_start_again(
+    fleet: ClassicFleet, group_protocol: str
+) -> None:
+    """The agent is told to leave while a restart's `revoked` runs: what it stopped is not
+    started again on a membership being given up (the leave's stop releases it)."""
+    fleet.put_connector("A", 1, {"topic": "a"})
+    w1 = fleet.start("W1", group_protocol=group_protocol)
+    fleet.wait_quiet()
+    w1.slow_once["revoked"] = 1.0  # the restart's stop takes a second
+    t_restart = time.monotonic()
+    resp = fleet.stubs.admin.RestartConnector(
+        admin_pb2.RestartConnectorRequest(group_id=fleet.group, connector="A", task=0),
+        timeout=10,
+    )
+    assert resp.error_code == 0, resp
+    time.sleep(0.5)  # the restart reaches W1 within two intervals; its stop takes a second
+    w1.agent.stop()  # leave: the loop moves the machine to LEAVING while the stop runs
+    wait_for("W1 left", lambda: w1.agent.left or None, timeout_s=15)
+    calls = [
+        (r.event, r.reason)
+        for r in list(w1.records)
+        if r.t_start >= t_restart and "A-0" in r.resources
+    ]
+    assert ("assigned", "restart") not in calls, calls
+    assert calls[0] == ("revoked", "restart"), calls
