@@ -257,6 +257,7 @@ EXPORTED_COLUMNS: dict[str, Sequence[str]] = {
         "task_count",
         "config_digest",
         "config",
+        "target_state",
     ),
     "target_assignment": (
         "group_id",
