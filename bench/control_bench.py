@@ -34,7 +34,7 @@ for extra in (REPO, REPO / "generated"):
 from connect.group.v1 import admin_pb2  # noqa: E402
 
 from bench.lifecycle_bench import (  # noqa: E402
-    LONG_MS,
+    bench_coordinator,
     install,
     ms,
     print_table,
@@ -43,11 +43,9 @@ from bench.lifecycle_bench import (  # noqa: E402
 )
 from connect_protocol.errors import ErrorCode  # noqa: E402
 from tests.support.client import IC, ScriptedWorker  # noqa: E402
-from tests.support.coordinator import CoordinatorProcess, Stubs  # noqa: E402
-from tests.support.pgcluster import create_database  # noqa: E402
+from tests.support.coordinator import Stubs  # noqa: E402
 
 GROUP = "lifecycle-bench"  # the group lifecycle_bench's helpers name
-RESULTS = REPO / "bench" / "results"
 MEMBERS = 100
 REPEAT = 5
 
@@ -66,20 +64,7 @@ def median_of(call: Callable[[], Any]) -> float:
 
 
 def run_size(cluster_url: str, tasks: int) -> dict[str, float]:
-    db = create_database(cluster_url, f"control_{tasks}_{int(time.time())}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    proc = CoordinatorProcess(
-        db,
-        "--session-timeout-ms",
-        str(LONG_MS),
-        "--heartbeat-interval-ms",
-        "10000",
-        "--rebalance-timeout-ms",
-        str(LONG_MS),
-        "--assignment-interval-ms",
-        "0",
-        log_path=RESULTS / f"control-{tasks}-coordinator.log",
-    ).start()
+    _db, proc = bench_coordinator(cluster_url, f"control_{tasks}")
     stubs = Stubs(proc.address)
     admin = stubs.admin
 

@@ -153,8 +153,10 @@ def status_rows(db: str) -> dict[tuple[str, int], str]:
     return {(r[0], int(r[1])): str(r[2]) for r in rows}
 
 
-def run_size(cluster_url: str, n: int) -> dict[str, float]:
-    db = create_database(cluster_url, f"lifecycle_{n}_{int(time.time())}")
+def bench_coordinator(cluster_url: str, name: str) -> tuple[str, CoordinatorProcess]:
+    """A fresh database `name` and a `coordinator-svc serve` on it whose sessions and deadlines
+    outlast a run (computations at every bump); its log in bench/results."""
+    db = create_database(cluster_url, f"{name}_{int(time.time())}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     proc = CoordinatorProcess(
         db,
@@ -166,8 +168,13 @@ def run_size(cluster_url: str, n: int) -> dict[str, float]:
         str(LONG_MS),
         "--assignment-interval-ms",
         "0",
-        log_path=RESULTS / f"lifecycle-{n}-coordinator.log",
+        log_path=RESULTS / f"{name.replace('_', '-')}-coordinator.log",
     ).start()
+    return db, proc
+
+
+def run_size(cluster_url: str, n: int) -> dict[str, float]:
+    db, proc = bench_coordinator(cluster_url, f"lifecycle_{n}")
     stubs = Stubs(proc.address)
     try:
         put(stubs, "fan", n, "0")

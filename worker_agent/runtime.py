@@ -567,14 +567,14 @@ class AgentBase:
         if restarts:
             self._restart(restarts)
 
+    def _event_identity(self) -> tuple[str, int, FencingTokens]:
+        """The member id, epoch and tokens a listener event names now."""
+        with self._lock:
+            return self._event_member_id(), int(self.machine.epoch), self.machine.tokens
+
     def _target_event(self, target: TargetState, resources: ResourceSet) -> None:
         kind: EventKind = _TARGET_EVENTS[target]
-        with self._lock:
-            member_id, epoch, tokens = (
-                self._event_member_id(),
-                self.machine.epoch,
-                self.machine.tokens,
-            )
+        member_id, epoch, tokens = self._event_identity()
         configs = self.control.configs_for(resources)
         event = RebalanceEvent.from_resources(
             kind,
@@ -610,12 +610,7 @@ class AgentBase:
         `assigned`, both with reason "restart", in place (the membership sees nothing: the
         worker holds them throughout). The revocation is retried as any; the start is made
         once."""
-        with self._lock:
-            member_id, epoch, tokens = (
-                self._event_member_id(),
-                self.machine.epoch,
-                self.machine.tokens,
-            )
+        member_id, epoch, tokens = self._event_identity()
         self.metrics.restarts.inc(amount=len(resources))
         log.info(
             "restarting (restart requested): %s",

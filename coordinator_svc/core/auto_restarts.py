@@ -79,7 +79,6 @@ def with_auto_restart(
     max_attempts = change.config(RESTART_FAILED_MAX_ATTEMPTS)
     if attempts >= max_attempts:
         return replace(status, auto_exhausted=max_attempts > 0)
-    assert stored is None or status.member_id  # a report always names its member
     if (
         pending is not None
         and stored is not None

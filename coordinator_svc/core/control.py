@@ -261,12 +261,6 @@ def _planned_payload(p: PlannedRestart) -> dict[str, Any]:
 # --- automatic restarts ---------------------------------------------------------------------
 
 
-def pending_auto_restart(state: GroupState, connector: str, task: int) -> int | None:
-    """When the resource's automatic restart is due, if one is pending and still applies (its
-    holder's FAILED report under its grant counts and its connector is STARTED), else None."""
-    return view_of(state, connector, task).next_restart_at_ms
-
-
 def on_auto_restart_timer(change: GroupChange, key: TimerKey) -> None:
     """A resource's automatic restart is due: restart it if it still applies, else cancel it
     (its holder released it, it moved or is held, or its connector is no longer STARTED)."""
@@ -279,7 +273,7 @@ def on_auto_restart_timer(change: GroupChange, key: TimerKey) -> None:
     if change.now_ms < stored.auto_restart_at_ms:  # a stale timer: re-arm
         change.schedule(key, stored.auto_restart_at_ms)
         return
-    if pending_auto_restart(state, connector, task) is None:
+    if view_of(state, connector, task).next_restart_at_ms is None:  # it no longer applies
         change.put_status(connector, task, replace(stored, auto_restart_at_ms=None))
         return
     planned = request_restart(change, connector, task, auto=True)
