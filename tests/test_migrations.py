@@ -32,7 +32,12 @@ TABLES = {
     "coordinator_settings",
     "features",
     "resource_statuses",
+    "group_tombstones",
+    "audit_export_progress",
+    "event_pruning",
 }
+#: The tables migration 0013 adds (a downgrade below it drops them).
+TABLES_0013 = {"group_tombstones", "audit_export_progress", "event_pruning"}
 
 
 def alembic_config(url: str) -> Config:
@@ -346,7 +351,9 @@ def test_migration_0010_starts_group_version_at_1_and_its_downgrade_drops_the_ta
     finally:
         engine.dispose()
     command.downgrade(config, "0009")
-    assert table_names(url) == TABLES - {"features", "resource_statuses"} | {"alembic_version"}
+    assert table_names(url) == TABLES - TABLES_0013 - {"features", "resource_statuses"} | {
+        "alembic_version"
+    }
     command.upgrade(config, "head")
     command.check(config)
 
@@ -393,6 +400,41 @@ def test_migration_0011_adds_revisions_and_statuses_and_its_downgrade_drops_them
             assert "lifecycle_revision" not in columns
     finally:
         engine.dispose()
-    assert table_names(url) == TABLES - {"resource_statuses"} | {"alembic_version"}
+    assert table_names(url) == TABLES - TABLES_0013 - {"resource_statuses"} | {"alembic_version"}
+    command.upgrade(config, "head")
+    command.check(config)
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_migration_0013_adds_tombstones_export_progress_and_the_pruning_row(
+    backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """Issue 30: a migrated database has nothing pruned (floor 0, no pruning lease), no export
+    registered and no tombstone; existing groups are kept; the downgrade drops the three
+    tables and nothing else."""
+    url = database_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'prune.db'}"
+    config = alembic_config(url)
+    command.upgrade(config, "0012")
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO groups (group_id, group_type, group_epoch, created_at_ms, "
+                "excluded_assignors, last_assignment_error, last_assignment_error_message, "
+                "holds) VALUES ('g', 'connect', 7, 0, '[]', 0, '', '[]')"
+            )
+        command.upgrade(config, "0013")
+        with engine.connect() as conn:
+            pruning = conn.exec_driver_sql(
+                "SELECT id, pruned_through_event_id, owner_id FROM event_pruning"
+            ).all()
+            assert [tuple(row) for row in pruning] == [(1, 0, None)]
+            assert conn.exec_driver_sql("SELECT count(*) FROM audit_export_progress").scalar() == 0
+            assert conn.exec_driver_sql("SELECT count(*) FROM group_tombstones").scalar() == 0
+            assert conn.exec_driver_sql("SELECT group_epoch FROM groups").scalar() == 7
+        command.downgrade(config, "0012")
+    finally:
+        engine.dispose()
+    assert table_names(url) == TABLES - TABLES_0013 | {"alembic_version"}
     command.upgrade(config, "head")
     command.check(config)

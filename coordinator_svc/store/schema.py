@@ -369,8 +369,57 @@ class FeatureRow(Base):
     updated_by: Mapped[str] = mapped_column(sa.String(PRINCIPAL_LENGTH))
 
 
+class GroupTombstone(Base):
+    """What DeleteGroup keeps of a deleted group (migration 0013, DESIGN 3.20): its epoch and
+    fencing-token counters, which a group re-created under the same id continues. Counts
+    against no group limit."""
+
+    __tablename__ = "group_tombstones"
+
+    group_id: Mapped[str] = mapped_column(sa.String(GROUP_ID_LENGTH), primary_key=True)
+    group_epoch: Mapped[int] = mapped_column(sa.Integer)
+    last_fencing_token: Mapped[int] = mapped_column(sa.BigInteger)
+    deleted_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    deleted_by: Mapped[str] = mapped_column(sa.String(PRINCIPAL_LENGTH))
+
+
+class AuditExportProgress(Base):
+    """One committed audit export run (migration 0013), appended by the export after its
+    watermark: the event range it read and the lowest id it found unfilled. The event pruner
+    keeps everything an export's latest row still needs (DESIGN 3.20 "Event retention")."""
+
+    __tablename__ = "audit_export_progress"
+    __table_args__ = (
+        sa.Index("ix_audit_export_progress_export_name_id", "export_name", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
+    export_name: Mapped[str] = mapped_column(sa.String(128))
+    since_event_id: Mapped[int] = mapped_column(sa.BigInteger)
+    until_event_id: Mapped[int] = mapped_column(sa.BigInteger)
+    lowest_unfilled_id: Mapped[int] = mapped_column(sa.BigInteger)
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class EventPruning(Base):
+    """The one row of the event pruner (migration 0013): the highest event id pruned (an
+    export run starting at or below it refuses) and the lease that lets one coordinator prune
+    at a time."""
+
+    __tablename__ = "event_pruning"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
+    pruned_through_event_id: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    pruned_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    owner_id: Mapped[str | None] = mapped_column(sa.String)
+    lease_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
 #: The one row of `acl_audit`.
 ACL_AUDIT_ROW_ID = 1
+#: The one row of `event_pruning`.
+EVENT_PRUNING_ROW_ID = 1
 #: The `coordinator_secrets` row that holds the config digest key.
 CONFIG_DIGEST_KEY = "config_digest_key"
 #: The `coordinator_settings` row that says how large sets are stored ("plain" or "ranges").
@@ -397,6 +446,9 @@ acl_audit = _table(AclAudit)
 coordinator_secrets = _table(CoordinatorSecret)
 coordinator_settings = _table(CoordinatorSetting)
 features = _table(FeatureRow)
+group_tombstones = _table(GroupTombstone)
+audit_export_progress = _table(AuditExportProgress)
+event_pruning = _table(EventPruning)
 
 STATE_TABLES = (
     groups,
