@@ -28,6 +28,7 @@ class ErrorCode(IntEnum):
     CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_REQUEST = 42
     POLICY_VIOLATION = 44
+    NON_EMPTY_GROUP = 68  # DeleteGroup of a group with members, holds or a classic state
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79  # classic groups: a signal carrying the member id to rejoin with
     GROUP_MAX_SIZE_REACHED = 81
@@ -67,6 +68,13 @@ class UnknownMemberId(CoordinatorError):
 
 class FencedMemberEpoch(CoordinatorError):
     code = ErrorCode.FENCED_MEMBER_EPOCH
+
+
+class NonEmptyGroup(CoordinatorError):
+    """DeleteGroup of a group that still has members, holds, a classic state other than EMPTY,
+    or (without with_catalogue) connectors (DESIGN 3.20)."""
+
+    code = ErrorCode.NON_EMPTY_GROUP
 
 
 class GroupIdNotFound(CoordinatorError):

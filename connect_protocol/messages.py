@@ -187,3 +187,45 @@ class AlterConfigsResponse:
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str = ""
     effective_configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupRequest:
+    """DeleteGroup (DESIGN 3.20): `with_catalogue` lets a group with connectors go too."""
+
+    group_id: str
+    with_catalogue: bool = False
+    caller: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    #: The counters the tombstone keeps: a re-created group continues above them.
+    group_epoch: int = 0
+    last_fencing_token: int = 0
+    connectors_deleted: int = 0
+    tasks_deleted: int = 0
+    configs_deleted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveMemberRequest:
+    """RemoveMember (DESIGN 3.20): the member named by `member_id` or by `instance_id`."""
+
+    group_id: str
+    member_id: str = ""
+    instance_id: str = ""
+    reason: str = ""
+    caller: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveMemberResponse:
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    member_id: str = ""
+    group_epoch: int = 0
+    resources_held: int = 0
+    held_until_ms: int = 0

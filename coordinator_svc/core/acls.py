@@ -23,7 +23,8 @@ class Operation(StrEnum):
     """What a call does. MEMBER: ConnectGroupHeartbeat (join, heartbeat, leave) and, for the
     assignor member, PrepareAssignment / InstallAssignment. DESCRIBE: DescribeGroups (configs
     masked) and FindCoordinator. ALTER: PutConnector, DeleteConnector, AlterGroupConfigs.
-    DESCRIBE_CONFIGS: connector config values in DescribeGroups. On the cluster, DESCRIBE:
+    DESCRIBE_CONFIGS: connector config values in DescribeGroups. DELETE: DeleteGroup (DESIGN
+    3.20; Kafka's DELETE on a group). On the cluster, DESCRIBE:
     ListGroups, ListAcls, DescribeFeatures; ALTER: AddAcl, RemoveAcl, UpdateFeatures. ALL: every
     operation."""
 
@@ -31,13 +32,20 @@ class Operation(StrEnum):
     DESCRIBE = "DESCRIBE"
     ALTER = "ALTER"
     DESCRIBE_CONFIGS = "DESCRIBE_CONFIGS"
+    DELETE = "DELETE"
     ALL = "ALL"
 
 
 #: Operations that imply others, as in Kafka (who may act on a group may find and describe it).
 IMPLIED_BY: dict[Operation, frozenset[Operation]] = {
     Operation.DESCRIBE: frozenset(
-        {Operation.MEMBER, Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALL}
+        {
+            Operation.MEMBER,
+            Operation.ALTER,
+            Operation.DESCRIBE_CONFIGS,
+            Operation.DELETE,
+            Operation.ALL,
+        }
     ),
 }
 

@@ -7,7 +7,9 @@ order replay accepts, plus the events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -25,6 +27,7 @@ from .model import (
     MemberState,
     ResourceStatus,
     TargetAssignment,
+    Tombstone,
     assignor_principals,
     fencing_session_ms,
 )
@@ -58,6 +61,32 @@ from .selection_index import Profile, SelectionIndex, profile_of
 T = TypeVar("T")
 R = TypeVar("R")
 K = TypeVar("K")
+
+
+#: The tombstone of the group a handler runs on when that group does not exist (DESIGN 3.20): a
+#: group created by the handler continues its counters. Set by the runtime around the handlers
+#: it runs on an absent group (`continuing`); a context variable rather than a parameter of every
+#: handler, since only GroupChange's creation of a group reads it. Pure: the core never sets it.
+_TOMBSTONE: ContextVar[Tombstone | None] = ContextVar("tombstone", default=None)
+
+
+@contextmanager
+def continuing(tombstone: Tombstone | None) -> Iterator[None]:
+    """Within this block, a group created under `tombstone.group_id` continues its epoch and
+    fencing-token counters (None: a group starts afresh)."""
+    reset = _TOMBSTONE.set(tombstone)
+    try:
+        yield
+    finally:
+        _TOMBSTONE.reset(reset)
+
+
+def _first_counters(group_id: str) -> tuple[int, int]:
+    """A new group's first epoch and its last fencing token: (1, 0), or above its tombstone's."""
+    tombstone = _TOMBSTONE.get()
+    if tombstone is None or tombstone.group_id != group_id:
+        return 1, 0
+    return tombstone.group_epoch + 1, tombstone.last_fencing_token
 
 
 class GroupChange:
@@ -94,14 +123,19 @@ class GroupChange:
         self._round: RoundChange | None = None
         self.wakeups: list[Wakeup] = []
         if state is None:
+            epoch, last_token = _first_counters(group_id)
             self._meta = GroupMeta(
-                group_id=group_id, group_epoch=1, created_at_ms=now_ms, created_by=creator
+                group_id=group_id,
+                group_epoch=epoch,
+                created_at_ms=now_ms,
+                created_by=creator,
+                last_fencing_token=last_token,
             )
-            self._target = TargetAssignment(assignment_epoch=1)
-            if creator is None:
-                self.event(EventType.GROUP_CREATED)
-            else:
-                self.event(EventType.GROUP_CREATED, principal=creator)
+            self._target = TargetAssignment(assignment_epoch=epoch)
+            created: dict[str, Any] = {} if creator is None else {"principal": creator}
+            if epoch > 1:  # re-created after a deletion: says where it continues from
+                created["continues_from_epoch"] = epoch - 1
+            self.event(EventType.GROUP_CREATED, **created)
 
     # --- reads ---
 

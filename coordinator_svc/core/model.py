@@ -327,6 +327,18 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What DeleteGroup keeps of a deleted group (DESIGN 3.20): its last epoch (generation) and
+    its last fencing token. A group created again under the same id continues both: its epoch
+    starts above `group_epoch` (so (group, epoch) stays unique in the events) and every token
+    it grants is above `last_fencing_token` (tokens only ever increase, DESIGN 3.18)."""
+
+    group_id: str
+    group_epoch: int
+    last_fencing_token: int
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedSnapshot:
     """The group as a PrepareAssignment showed it: what the install is validated against."""
 
@@ -349,8 +361,8 @@ class GroupMeta:
             higher value members may still have been told (and fence themselves by), and until
             when (coordinator time) session expiry and holds must use at least it.
         last_fencing_token: the last fencing token granted in the group (DESIGN 3.18): every
-            grant takes the next one, so a resource's tokens only ever increase. Groups are
-            never deleted, so neither is this counter.
+            grant takes the next one, so a resource's tokens only ever increase. A deleted
+            group's tombstone keeps it, and a group re-created under its id continues it.
         created_by: the principal whose request created the group (None: before that was
             recorded); --max-groups-per-principal counts by it.
         compute_requested_at_ms: when a target computation was last requested (None: never);

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any, Protocol, assert_never
 
 from .classic_model import RoundDelta
-from .model import Connector, GroupMeta, Member, ResourceStatus, TargetAssignment
+from .model import Connector, GroupMeta, Member, ResourceStatus, TargetAssignment, Tombstone
 
 
 class EventType(StrEnum):
@@ -76,6 +76,14 @@ class EventType(StrEnum):
     #: A group changed type: `direction` (to_classic, to_connect), `group_epoch_before`,
     #: `generation`, `members` {classic: n, connect: n}.
     GROUP_CONVERTED = "GROUP_CONVERTED"
+    #: DeleteGroup deleted the group (DESIGN 3.20), at its last epoch: `group_type`,
+    #: `connectors_deleted`, `tasks_deleted`, `configs_deleted`, `last_fencing_token` (which
+    #: the tombstone keeps with the epoch), and who. Its earlier events are kept.
+    GROUP_DELETED = "GROUP_DELETED"
+    #: RemoveMember removed a member (DESIGN 3.20), as a fence does: `reason`, `protocol`,
+    #: `static_left` (a static member that had left: nothing held), `held` (a resource set)
+    #: and `held_until_ms`, and who.
+    MEMBER_REMOVED = "MEMBER_REMOVED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +173,18 @@ class ClassicRoundRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupDeletedRecord:
+    """The group and all its state are gone (DESIGN 3.20); `tombstone` keeps its counters.
+    The last state record of its commit: the runtime drops the group's state after it, and
+    the store deletes the group's rows and writes the tombstone."""
+
+    group_id: str
+    tombstone: Tombstone
+    at_ms: int
+    deleted_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EventRecord:
     """One audit event. `payload` is JSON-serialisable."""
 
@@ -186,6 +206,7 @@ StateRecord = (
     | ConnectorRemovedRecord
     | ConfigRecord
     | StatusRecord
+    | GroupDeletedRecord
 )
 Record = StateRecord | ClassicRoundRecord | EventRecord
 
@@ -214,6 +235,8 @@ class RecordVisitor(Protocol):
 
     def statuses(self, record: StatusRecord) -> None: ...
 
+    def group_deleted(self, record: GroupDeletedRecord) -> None: ...
+
     def classic_round(self, record: ClassicRoundRecord) -> None: ...
 
     def event(self, record: EventRecord) -> None: ...
@@ -240,6 +263,8 @@ def visit(record: Record, visitor: RecordVisitor) -> None:
             visitor.configs(record)
         case StatusRecord():
             visitor.statuses(record)
+        case GroupDeletedRecord():
+            visitor.group_deleted(record)
         case ClassicRoundRecord():
             visitor.classic_round(record)
         case EventRecord():

@@ -27,6 +27,7 @@ from .records import (
     ConnectorRecord,
     ConnectorRemovedRecord,
     EventRecord,
+    GroupDeletedRecord,
     GroupMetaRecord,
     MemberRecord,
     MemberRemovedRecord,
@@ -200,6 +201,9 @@ class _Remember:
     def classic_round(self, record: ClassicRoundRecord) -> None:
         self.undo.push(_restore_round(self.state.round, record))
 
+    def group_deleted(self, record: GroupDeletedRecord) -> None:
+        pass  # the state is left as it was (see `_Apply.group_deleted`)
+
     def event(self, record: EventRecord) -> None:
         pass
 
@@ -288,6 +292,10 @@ class _Apply:
     def statuses(self, record: StatusRecord) -> None:
         for (connector, task), status in record.statuses.items():
             self.state.put_status(connector, task, status)
+
+    def group_deleted(self, record: GroupDeletedRecord) -> None:
+        """Nothing: the state object is not emptied; the runtime drops it after a deletion's
+        commit (`group_commit`), and keeps it to put back if that commit fails."""
 
     def classic_round(self, record: ClassicRoundRecord) -> None:
         """The round changes in place, at the cost of what the delta names (DESIGN 3.21)."""

@@ -31,10 +31,12 @@ from connect_protocol.messages import (
     STATIC_LEAVE_EPOCH,
     AlterConfigsRequest,
     DeleteConnectorRequest,
+    DeleteGroupRequest,
     HeartbeatRequest,
     InstallRequest,
     PrepareRequest,
     PutConnectorRequest,
+    RemoveMemberRequest,
 )
 from connect_protocol.resources import ResourceSet
 
@@ -288,6 +290,27 @@ def validate_delete_connector(req: DeleteConnectorRequest) -> None:
     _check_name(req.connector, "Connector")
 
 
+def validate_delete_group(req: DeleteGroupRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+
+
+#: The longest RemoveMember reason kept (it goes into the MEMBER_REMOVED event).
+MAX_REMOVAL_REASON_LENGTH = 256
+
+
+def validate_remove_member(req: RemoveMemberRequest) -> None:
+    _check_name(req.group_id, "GroupId")
+    _require(
+        (req.member_id == "") != (req.instance_id == ""),
+        "name the member by exactly one of MemberId and InstanceId.",
+    )
+    if req.member_id:
+        _check_name(req.member_id, "MemberId")
+    else:
+        _check_name(req.instance_id, "InstanceId")
+    _check_text(req.reason, "Reason", MAX_REMOVAL_REASON_LENGTH)
+
+
 def _check_config_keys(keys: Iterable[str]) -> None:
     for key in keys:
         _require(
@@ -330,6 +353,8 @@ Request = (
     | ReportStatusRequest
     | TargetStateRequest
     | RestartRequest
+    | DeleteGroupRequest
+    | RemoveMemberRequest
 )
 
 
@@ -358,6 +383,10 @@ def validate_request(req: Request) -> None:
             validate_target_state(req)
         case RestartRequest():
             validate_restart(req)
+        case DeleteGroupRequest():
+            validate_delete_group(req)
+        case RemoveMemberRequest():
+            validate_remove_member(req)
 
 
 def validate_lengths(req: Request, max_id_length: int, max_url_length: int) -> None:
@@ -381,6 +410,11 @@ def validate_lengths(req: Request, max_id_length: int, max_url_length: int) -> N
         _require(
             len(connector) <= max_id_length,
             f"Connector must be at most {max_id_length} characters (--max-id-length).",
+        )
+    if isinstance(req, RemoveMemberRequest):
+        _require(
+            len(req.instance_id) <= max_id_length,
+            f"InstanceId must be at most {max_id_length} characters (--max-id-length).",
         )
     if isinstance(req, HeartbeatRequest):
         if req.instance_id is not None:

@@ -136,6 +136,8 @@ class AsyncAdminServicer(_Pooled):
     ResumeConnector = _pooled("ResumeConnector")
     StopConnector = _pooled("StopConnector")
     RestartConnector = _pooled("RestartConnector")
+    DeleteGroup = _pooled("DeleteGroup")
+    RemoveMember = _pooled("RemoveMember")
 
 
 #: A delivered JoinGroup answer naming more members than this (a leader's, with every member's

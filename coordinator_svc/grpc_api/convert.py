@@ -26,6 +26,8 @@ from connect_protocol.messages import (
     AlterConfigsResponse,
     DeleteConnectorRequest,
     DeleteConnectorResponse,
+    DeleteGroupRequest,
+    DeleteGroupResponse,
     InstallRequest,
     InstallResponse,
     MemberTarget,
@@ -33,6 +35,8 @@ from connect_protocol.messages import (
     PrepareResponse,
     PutConnectorRequest,
     PutConnectorResponse,
+    RemoveMemberRequest,
+    RemoveMemberResponse,
 )
 from connect_protocol.wire import assignor_to, resources_from, resources_to, tokens_to, wire_code
 
@@ -483,3 +487,34 @@ def restart_response(resp: RestartResponse) -> admin_pb2.RestartConnectorRespons
             entry.connector = p.resource.connector
             entry.task = p.resource.task
     return out
+
+
+def delete_group_request(msg: admin_pb2.DeleteGroupRequest, caller: str) -> DeleteGroupRequest:
+    return DeleteGroupRequest(msg.group_id, msg.with_catalogue, caller)
+
+
+def delete_group_response(resp: DeleteGroupResponse) -> admin_pb2.DeleteGroupResponse:
+    return admin_pb2.DeleteGroupResponse(
+        error_code=wire_code(resp.error_code),
+        error_message=resp.error_message,
+        group_epoch=resp.group_epoch,
+        last_fencing_token=resp.last_fencing_token,
+        connectors_deleted=resp.connectors_deleted,
+        tasks_deleted=resp.tasks_deleted,
+        configs_deleted=resp.configs_deleted,
+    )
+
+
+def remove_member_request(msg: admin_pb2.RemoveMemberRequest, caller: str) -> RemoveMemberRequest:
+    return RemoveMemberRequest(msg.group_id, msg.member_id, msg.instance_id, msg.reason, caller)
+
+
+def remove_member_response(resp: RemoveMemberResponse) -> admin_pb2.RemoveMemberResponse:
+    return admin_pb2.RemoveMemberResponse(
+        error_code=wire_code(resp.error_code),
+        error_message=resp.error_message,
+        member_id=resp.member_id,
+        group_epoch=resp.group_epoch,
+        resources_held=resp.resources_held,
+        held_until_ms=resp.held_until_ms,
+    )

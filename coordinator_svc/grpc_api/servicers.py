@@ -45,6 +45,7 @@ from ..core.assignment import (
 )
 from ..core.control import restart_connector, set_target_state
 from ..core.features import check_update
+from ..core.group_removal import delete_group, remove_member
 from ..core.heartbeat import heartbeat
 from ..core.lifecycle import configs
 from ..core.model import GroupState, MemberState
@@ -543,6 +544,36 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
             restart_connector,
             convert.restart_response,
             functools.partial(convert.error_answer, admin_pb2.RestartConnectorResponse),
+            Operation.ALTER,
+        )
+
+    def DeleteGroup(
+        self, request: admin_pb2.DeleteGroupRequest, context: Context
+    ) -> admin_pb2.DeleteGroupResponse:
+        """DeleteGroup (DESIGN 3.20): DELETE on the group."""
+        return self._serve(
+            "DeleteGroup",
+            context,
+            request,
+            lambda msg: convert.delete_group_request(msg, context.peer()),
+            delete_group,
+            convert.delete_group_response,
+            functools.partial(convert.error_answer, admin_pb2.DeleteGroupResponse),
+            Operation.DELETE,
+        )
+
+    def RemoveMember(
+        self, request: admin_pb2.RemoveMemberRequest, context: Context
+    ) -> admin_pb2.RemoveMemberResponse:
+        """RemoveMember (DESIGN 3.20): ALTER on the group (an operator's act)."""
+        return self._serve(
+            "RemoveMember",
+            context,
+            request,
+            lambda msg: convert.remove_member_request(msg, context.peer()),
+            remove_member,
+            convert.remove_member_response,
+            functools.partial(convert.error_answer, admin_pb2.RemoveMemberResponse),
             Operation.ALTER,
         )
 

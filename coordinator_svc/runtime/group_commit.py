@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from connect_protocol.errors import (
@@ -48,8 +49,9 @@ from connect_protocol.errors import (
 from connect_protocol.logs import fields
 
 from ..core import replay
+from ..core.change import continuing
 from ..core.errors import IllegalStateError
-from ..core.model import GroupConfigDefaults
+from ..core.model import GroupConfigDefaults, GroupState, Tombstone
 from ..core.records import (
     ClassicRoundRecord,
     ConfigRecord,
@@ -57,6 +59,7 @@ from ..core.records import (
     ConnectorRemovedRecord,
     EventRecord,
     EventType,
+    GroupDeletedRecord,
     GroupMetaRecord,
     MemberRecord,
     MemberRemovedRecord,
@@ -275,12 +278,17 @@ class GroupCommit:
         records: list[Record] = []
         created = owned.state is None  # a failed batch that created the group leaves none
         undo = replay.Undo()
-        for pending in batch:
+        deleted: _Deleted | None = None
+        for index, pending in enumerate(batch):
+            if deleted is not None:  # the rest run on the group as the deletion leaves it
+                owned.put_back(batch[index:])
+                break
             if pending.cancelled is not None and pending.cancelled():
                 pending.fail(RequestCancelled("the caller gave up before its request ran."))
                 continue
             try:
-                result = pending.handler(owned.state, self.now_ms())
+                with continuing(owned.tombstone if owned.state is None else None):
+                    result = pending.handler(owned.state, self.now_ms())
             except Exception as error:  # a handler bug fails its own request only
                 pending.fail(error)
                 continue
@@ -303,11 +311,12 @@ class GroupCommit:
                     _fail_unanswered(batch, group_id)
                     return
                 records.extend(result.records)
+                deleted = _deletion(owned, result.records)
             ran.append((pending, result))
         if records:
             try:
                 try:
-                    self._commit(group_id, owned, records, undo, created)
+                    self._commit(group_id, owned, records, undo, created, deleted)
                 finally:
                     _settle(owned)
             except CoordinatorError as error:
@@ -375,12 +384,14 @@ class GroupCommit:
         records: list[Record],
         undo: replay.Undo,
         created: bool,
+        deleted: _Deleted | None = None,
     ) -> None:
-        """Commit records already applied in memory. On failure, raise what to answer, having
-        taken the records back in memory (the group served on while its lease is valid) or
-        dropped the group (lease lost, or the commit's outcome unknown). Called with the
-        group's lock held; returns (or raises) with it held, the records committed or taken
-        back, and no commit in flight."""
+        """Commit records already applied in memory (`deleted`: the batch ends by deleting
+        the group, whose state is put back if the commit fails). On failure, raise what to
+        answer, having taken the records back in memory (the group served on while its lease
+        is valid) or dropped the group (lease lost, or the commit's outcome unknown). Called
+        with the group's lock held; returns (or raises) with it held, the records committed or
+        taken back, and no commit in flight."""
         try:
             self._commit_unlocked(owned, records, created)
         except LeaseLost as lost:
@@ -399,6 +410,8 @@ class GroupCommit:
                 self.owners.drop(group_id, owned, keep_lease=True)
                 outcome = "reloaded on its next request"
             else:
+                if deleted is not None:
+                    owned.state, owned.tombstone = deleted.state, deleted.tombstone
                 if created:
                     owned.state = None
                 elif owned.state is not None:
@@ -460,6 +473,27 @@ class GroupCommit:
                 log.exception("could not log event %s", record.event_type)
 
 
+@dataclass(frozen=True, slots=True)
+class _Deleted:
+    """A batch deleted its group (DESIGN 3.20): the state and tombstone before, to put back if
+    its commit fails."""
+
+    state: GroupState
+    tombstone: Tombstone | None
+
+
+def _deletion(owned: OwnedGroup, records: list[Record]) -> _Deleted | None:
+    """If `records` delete the group: drop its state in memory (the requests after it see no
+    group, and one that creates it continues the new tombstone's counters) and say what to put
+    back. The deletion is the last state record of its handler's result."""
+    deleted = records[-1]
+    if not isinstance(deleted, GroupDeletedRecord) or owned.state is None:
+        return None
+    before = _Deleted(owned.state, owned.tombstone)
+    owned.state, owned.tombstone = None, deleted.tombstone
+    return before
+
+
 def _settle(owned: OwnedGroup) -> None:
     """No commit of the group in flight any more: wake the requests waiting for it. Called with
     the group's lock held, after a failed batch was taken back."""
@@ -504,6 +538,9 @@ class _MembersWritten:
 
     def classic_round(self, record: ClassicRoundRecord) -> None:
         pass  # the round is volatile: no member row is written
+
+    def group_deleted(self, record: GroupDeletedRecord) -> None:
+        pass  # the group has no member left (DeleteGroup refuses one)
 
     def event(self, record: EventRecord) -> None:
         pass

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from connect_protocol.errors import CoordinatorNotAvailable
 
-from ..core.model import GroupState
+from ..core.model import GroupState, Tombstone
 from ..core.results import Result
 from ..store.errors import Lease
 
@@ -83,6 +83,9 @@ class InFlight:
 class OwnedGroup:
     lease: Lease
     state: GroupState | None
+    #: What DeleteGroup kept of the group when it does not exist (DESIGN 3.20): a group the
+    #: next request creates continues its counters (`core.change.continuing`).
+    tombstone: Tombstone | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     queue: list[Pending] = field(default_factory=list)
     queue_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -128,6 +131,15 @@ class OwnedGroup:
             batch, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
             self._unqueued(batch)
         return batch
+
+    def put_back(self, pendings: list[Pending]) -> None:
+        """Return requests taken into a batch, unrun, to the head of the queue (in order)."""
+        with self.queue_lock:
+            self.queue[:0] = pendings
+            for pending in pendings:
+                pending.queued = True
+                if pending.member_id is not None:
+                    self.queued_members[pending.member_id] += 1
 
     def queued_for(self, member_id: str) -> int:
         """How many requests of `member_id` wait in the queue."""

@@ -195,6 +195,8 @@ class GroupLeases:
         if group_id in self.groups:  # a new tenure: what was parked on the old one is lost
             self._answer_parked(group_id, "this coordinator's lease of the group lapsed")
         owned = OwnedGroup(lease, state)
+        if state is None:  # deleted? A group created now continues its counters
+            owned.tombstone = self.store.load_tombstone(group_id)
         self.groups[group_id] = owned
         if state is not None:
             now = self.now_ms()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from ..core.model import GroupState
+from ..core.model import GroupState, Tombstone
 from ..core.records import Record
 from ..store.acl_store import AclStore
 from ..store.errors import Lease, LeaseHolder
@@ -34,6 +34,8 @@ class LeaseStore(Protocol):
     def forget(self, lease: Lease) -> None: ...
 
     def load_group(self, group_id: str) -> GroupState | None: ...
+
+    def load_tombstone(self, group_id: str) -> Tombstone | None: ...
 
     def groups_needing_owner(self, limit: int) -> list[str]: ...
 

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 
 from coordinator_svc.core import replay
 from coordinator_svc.core.classic_model import KNOWN_GROUP_TYPES
-from coordinator_svc.core.model import GroupState
+from coordinator_svc.core.model import GroupState, Tombstone
 from coordinator_svc.core.records import Record
 
 from . import rows, schema
@@ -268,6 +268,18 @@ class Reads:
 
         records = self._db.retrying(False, read)
         return None if records is None else replay.new_state(records)
+
+    def load_tombstone(self, group_id: str) -> Tombstone | None:
+        """What DeleteGroup kept of the group, if it was deleted (DESIGN 3.20)."""
+        stmt = sa.select(schema.group_tombstones).where(
+            schema.group_tombstones.c.group_id == group_id
+        )
+
+        def read(conn: Connection) -> Tombstone | None:
+            row = conn.execute(stmt).first()
+            return None if row is None else rows.tombstone_from_row(row)
+
+        return self._db.retrying(False, read)
 
     def list_events(
         self, group_id: str | None, after_id: int, limit: int | None

@@ -37,11 +37,13 @@ from coordinator_svc.core.model import (
     StatusState,
     TargetAssignment,
     TargetEntry,
+    Tombstone,
 )
 from coordinator_svc.core.records import (
     ConfigRecord,
     ConnectorRecord,
     EventRecord,
+    GroupDeletedRecord,
     GroupMetaRecord,
     MemberRecord,
     Record,
@@ -518,6 +520,21 @@ def target_from_rows(row: Row, member_rows: Iterable[Row]) -> TargetAssignment:
 
 
 # --- events -------------------------------------------------------------------------------
+
+
+def tombstone_row(deleted: GroupDeletedRecord) -> dict[str, Any]:
+    tombstone = deleted.tombstone
+    return {
+        "group_id": tombstone.group_id,
+        "group_epoch": tombstone.group_epoch,
+        "last_fencing_token": tombstone.last_fencing_token,
+        "deleted_at": ms_to_datetime(deleted.at_ms),
+        "deleted_by": deleted.deleted_by,
+    }
+
+
+def tombstone_from_row(row: Any) -> Tombstone:
+    return Tombstone(row.group_id, row.group_epoch, row.last_fencing_token)
 
 
 def event_row(event: EventRecord) -> dict[str, Any]:

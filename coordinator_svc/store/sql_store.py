@@ -21,7 +21,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from connect_protocol.safe_text import mask_urls_in
-from coordinator_svc.core.model import GroupState
+from coordinator_svc.core.model import GroupState, Tombstone
 from coordinator_svc.core.records import Record
 
 from . import schema, state_writes
@@ -153,6 +153,10 @@ class SqlStore:
         """The group as last committed, rebuilt through `replay` (which checks the invariants),
         or None if it does not exist."""
         return self._reads.load_group(group_id)
+
+    def load_tombstone(self, group_id: str) -> Tombstone | None:
+        """What DeleteGroup kept of a deleted group (its counters), or None."""
+        return self._reads.load_tombstone(group_id)
 
     def commit(self, lease: Lease, records: Sequence[Record]) -> None:
         """Write `records` in one transaction, if `lease` is still the group's live lease by the

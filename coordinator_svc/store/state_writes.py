@@ -27,6 +27,7 @@ from coordinator_svc.core.records import (
     ConnectorRecord,
     ConnectorRemovedRecord,
     EventRecord,
+    GroupDeletedRecord,
     GroupMetaRecord,
     MemberRecord,
     MemberRemovedRecord,
@@ -61,6 +62,9 @@ class Plan:
     events: list[EventRecord] = field(default_factory=list)
     #: Resources' statuses (connector, task) -> status (None: deleted), DESIGN 3.20.
     statuses: dict[tuple[str, int], ResourceStatus | None] = field(default_factory=dict)
+    #: DeleteGroup (DESIGN 3.20): every state row of the group goes, before anything else of
+    #: the plan is written, and its tombstone is written.
+    deleted: GroupDeletedRecord | None = None
 
     @property
     def empty(self) -> bool:
@@ -75,6 +79,7 @@ class Plan:
             and not self.moved
             and not self.events
             and not self.statuses
+            and self.deleted is None
         )
 
     @staticmethod
@@ -156,6 +161,17 @@ class _Fold:
     def statuses(self, record: StatusRecord) -> None:
         self.plan.statuses.update(record.statuses)
 
+    def group_deleted(self, record: GroupDeletedRecord) -> None:
+        """Every state row goes: what the plan would have written of them is dropped (its
+        events are kept, and written after the deletion)."""
+        plan = self.plan
+        plan.meta, plan.prepared_changed, plan.configs = None, False, None
+        plan.target, plan.target_changed = None, None
+        for pending in (plan.connectors, plan.members, plan.moved, plan.statuses):
+            pending.clear()
+        plan.epoch_only.clear()
+        plan.deleted = record
+
     def classic_round(self, record: ClassicRoundRecord) -> None:
         pass  # the round is not persisted (DESIGN 3.19 "Takeover")
 
@@ -222,6 +238,9 @@ class WriteStatements:
     upsert_statuses: sa.Executable
     delete_statuses: sa.Executable
     delete_connector_statuses: sa.Executable
+    #: DeleteGroup: each state table's rows of the group (children first), then the tombstone.
+    delete_group_rows: tuple[sa.Executable, ...]
+    upsert_tombstone: sa.Executable
 
     @staticmethod
     def build(db: Database) -> WriteStatements:
@@ -280,6 +299,11 @@ class WriteStatements:
                 rs.c.group_id == sa.bindparam("p_group"),
                 rs.c.connector.in_(sa.bindparam("p_ids", expanding=True)),
             ),
+            delete_group_rows=tuple(
+                sa.delete(table).where(table.c.group_id == sa.bindparam("p_group"))
+                for table in reversed(schema.STATE_TABLES)
+            ),
+            upsert_tombstone=_upsert(db.insert, schema.group_tombstones),
         )
 
 
@@ -302,6 +326,10 @@ def _move_members(
 def write(conn: Connection, sql: WriteStatements, plan: Plan) -> None:
     """Write `plan` in `conn`'s transaction (whose lease the caller has checked)."""
     group_id = plan.group_id
+    if plan.deleted is not None:
+        for delete in sql.delete_group_rows:
+            conn.execute(delete, {"p_group": group_id})
+        conn.execute(sql.upsert_tombstone, rows.tombstone_row(plan.deleted))
     if plan.meta is not None:
         row = rows.group_row(plan.meta, with_prepared=plan.prepared_changed)
         if plan.prepared_changed:

@@ -42,7 +42,13 @@ ALLOW = Permission.ALLOW
 DENY = Permission.DENY
 
 #: The operations a call asks for (ALL is only ever granted or denied, never asked).
-ASKED = (Operation.MEMBER, Operation.DESCRIBE, Operation.ALTER, Operation.DESCRIBE_CONFIGS)
+ASKED = (
+    Operation.MEMBER,
+    Operation.DESCRIBE,
+    Operation.ALTER,
+    Operation.DESCRIBE_CONFIGS,
+    Operation.DELETE,
+)
 
 #: What an ALLOW of each operation lets a principal do (README's table).
 GRANTS: dict[Operation, frozenset[Operation]] = {
@@ -50,6 +56,7 @@ GRANTS: dict[Operation, frozenset[Operation]] = {
     Operation.DESCRIBE: frozenset({Operation.DESCRIBE}),
     Operation.ALTER: frozenset({Operation.ALTER, Operation.DESCRIBE}),
     Operation.DESCRIBE_CONFIGS: frozenset({Operation.DESCRIBE_CONFIGS, Operation.DESCRIBE}),
+    Operation.DELETE: frozenset({Operation.DELETE, Operation.DESCRIBE}),
     Operation.ALL: frozenset(ASKED),
 }
 
@@ -218,7 +225,12 @@ def test_what_each_operation_grants(granted: Operation, asked: Operation) -> Non
 
 
 def test_every_group_operation_implies_describe_and_nothing_else() -> None:
-    for granted in (Operation.MEMBER, Operation.ALTER, Operation.DESCRIBE_CONFIGS):
+    for granted in (
+        Operation.MEMBER,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.DELETE,
+    ):
         acls = AclSet([entry(ALICE, granted, "g")])
         assert acls.allows(ALICE, Operation.DESCRIBE, GROUP, "g"), granted
         others = set(ASKED) - {granted, Operation.DESCRIBE}

@@ -52,7 +52,7 @@ def _counts(registry: CollectorRegistry) -> dict[str, float]:
 def test_every_rpc_lands_in_its_own_series(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert len(METHODS) == 20
+    assert len(METHODS) == 22
     pooled: list[str] = []  # heartbeats that took the pool's (full) path
     full_path = CoordinatorServicer.ConnectGroupHeartbeat
 
@@ -125,6 +125,11 @@ def test_every_rpc_lands_in_its_own_series(
             lambda: admin.RestartConnector(
                 admin_pb2.RestartConnectorRequest(group_id=GROUP, connector="none"), timeout=10
             ),
+            # Refused in band (NON_EMPTY_GROUP, UNKNOWN_MEMBER_ID), timed as any other.
+            lambda: admin.DeleteGroup(admin_pb2.DeleteGroupRequest(group_id=GROUP), timeout=10),
+            lambda: admin.RemoveMember(
+                admin_pb2.RemoveMemberRequest(group_id=GROUP, member_id="none"), timeout=10
+            ),
         ]
         for call in calls:
             call()
@@ -163,6 +168,8 @@ def test_every_rpc_lands_in_its_own_series(
         "ResumeConnector": 1,
         "StopConnector": 1,
         "RestartConnector": 1,
+        "DeleteGroup": 1,
+        "RemoveMember": 1,
     }
     assert set(counts) == METHODS  # the label's values: method names, nothing else
     # Every series has every bucket, and its time is a plausible one.

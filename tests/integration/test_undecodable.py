@@ -31,7 +31,7 @@ def test_undecodable_bodies_are_refused_cleanly_on_every_rpc(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    assert len(RPCS) == 20  # the coordinator's 5 and the admin service's 15
+    assert len(RPCS) == 22  # the coordinator's 5 and the admin service's 17
     with InProcessCoordinator(database_url) as coord:
         assert coord.stubs is not None
         assert put_connector(coord.stubs, "g", "orders", 1).error_code == 0

@@ -7,6 +7,60 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group_id", "with_catalogue")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    WITH_CATALOGUE_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    with_catalogue: bool
+    def __init__(self, group_id: _Optional[str] = ..., with_catalogue: _Optional[bool] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "group_epoch", "last_fencing_token", "connectors_deleted", "tasks_deleted", "configs_deleted")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CONNECTORS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    TASKS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    group_epoch: int
+    last_fencing_token: int
+    connectors_deleted: int
+    tasks_deleted: int
+    configs_deleted: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., last_fencing_token: _Optional[int] = ..., connectors_deleted: _Optional[int] = ..., tasks_deleted: _Optional[int] = ..., configs_deleted: _Optional[int] = ...) -> None: ...
+
+class RemoveMemberRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "instance_id", "reason")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    instance_id: str
+    reason: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RemoveMemberResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "member_id", "group_epoch", "resources_held", "held_until_ms")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_HELD_FIELD_NUMBER: _ClassVar[int]
+    HELD_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    member_id: str
+    group_epoch: int
+    resources_held: int
+    held_until_ms: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., member_id: _Optional[str] = ..., group_epoch: _Optional[int] = ..., resources_held: _Optional[int] = ..., held_until_ms: _Optional[int] = ...) -> None: ...
+
 class PauseConnectorRequest(_message.Message):
     __slots__ = ("group_id", "connector")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]

@@ -110,6 +110,16 @@ class ConnectGroupAdminStub:
                 request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorRequest.SerializeToString,
                 response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/DeleteGroup',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
+        self.RemoveMember = channel.unary_unary(
+                '/connect.group.v1.ConnectGroupAdmin/RemoveMember',
+                request_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveMemberRequest.SerializeToString,
+                response_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveMemberResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupAdminServicer:
@@ -278,6 +288,40 @@ class ConnectGroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """Deletes a group and all its state: members' rows, catalogue, target,
+        configurations and statuses (DESIGN 3.20). Its events are kept, and a
+        GROUP_DELETED event is recorded. A tombstone keeps the group's epoch
+        (generation) counter and its last fencing token, so a group re-created
+        under the same id continues both: its epochs start above every epoch
+        the deleted group had, and every fencing token it grants is greater
+        than every token granted before. The group no longer counts against
+        --max-groups nor against its creator's --max-groups-per-principal.
+        Needs DELETE on the group. NON_EMPTY_GROUP while the group has a member
+        (a LEFT static member too), a hold, a classic state other than EMPTY,
+        or connectors (unless with_catalogue); an unknown group is
+        GROUP_ID_NOT_FOUND. Nothing is deleted on an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveMember(self, request, context):
+        """Removes one member of either protocol, as a fence does (DESIGN 3.13):
+        what it holds goes to nobody until a session timeout has passed (by
+        when its agent, cut off, has stopped it), then is placed; the group
+        epoch is bumped (a classic group starts a rebalance). Its member id and
+        instance id are kept for it while its work is held. Name the member by
+        member_id or by instance_id (exactly one). Needs ALTER on the group
+        (Kafka lets a READ caller remove members through LeaveGroup; here
+        member ids are bound to principals, so removing another's member is an
+        operator's act). An unknown group is GROUP_ID_NOT_FOUND; an unknown
+        member UNKNOWN_MEMBER_ID; both or neither named INVALID_REQUEST.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -355,6 +399,16 @@ def add_ConnectGroupAdminServicer_to_server(servicer, server):
                     servicer.RestartConnector,
                     request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorRequest.FromString,
                     response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'RemoveMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMember,
+                    request_deserializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveMemberRequest.FromString,
+                    response_serializer=connect_dot_group_dot_v1_dot_admin__pb2.RemoveMemberResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -763,6 +817,60 @@ class ConnectGroupAdmin:
             '/connect.group.v1.ConnectGroupAdmin/RestartConnector',
             connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorRequest.SerializeToString,
             connect_dot_group_dot_v1_dot_admin__pb2.RestartConnectorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/DeleteGroup',
+            connect_dot_group_dot_v1_dot_admin__pb2.DeleteGroupRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.group.v1.ConnectGroupAdmin/RemoveMember',
+            connect_dot_group_dot_v1_dot_admin__pb2.RemoveMemberRequest.SerializeToString,
+            connect_dot_group_dot_v1_dot_admin__pb2.RemoveMemberResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,6 +25,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLUSTER_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     INVALID_REQUEST: _ClassVar[ErrorCode]
     POLICY_VIOLATION: _ClassVar[ErrorCode]
+    NON_EMPTY_GROUP: _ClassVar[ErrorCode]
     GROUP_ID_NOT_FOUND: _ClassVar[ErrorCode]
     MEMBER_ID_REQUIRED: _ClassVar[ErrorCode]
     GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
@@ -68,6 +69,7 @@ GROUP_AUTHORIZATION_FAILED: ErrorCode
 CLUSTER_AUTHORIZATION_FAILED: ErrorCode
 INVALID_REQUEST: ErrorCode
 POLICY_VIOLATION: ErrorCode
+NON_EMPTY_GROUP: ErrorCode
 GROUP_ID_NOT_FOUND: ErrorCode
 MEMBER_ID_REQUIRED: ErrorCode
 GROUP_MAX_SIZE_REACHED: ErrorCode
