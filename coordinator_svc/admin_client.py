@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from connect_protocol.errors import ErrorCode
@@ -237,6 +238,53 @@ def restart_cmd(args: argparse.Namespace) -> int:
         worker = printable(p.worker_id) or "(unassigned: its next holder starts it)"
         print(f"{printable(name)}: restart {p.restart_count} requested; worker {worker}")
     return 0
+
+
+def delete_group_cmd(args: argparse.Namespace) -> int:
+    """delete-group (DESIGN 3.20): says what was deleted and where a re-created group goes on."""
+    from connect.group.v1 import admin_pb2
+
+    request = admin_pb2.DeleteGroupRequest(group_id=args.group, with_catalogue=args.with_catalogue)
+    resp = _call_owner(args, args.group, "DeleteGroup", request)
+    if _check(resp):
+        return 1
+    print(
+        f"group {printable(args.group)} deleted: {resp.connectors_deleted} connector(s) with "
+        f"{resp.tasks_deleted} task(s), {resp.configs_deleted} configuration override(s); its "
+        f"events are kept. Last epoch {resp.group_epoch}, last fencing token "
+        f"{resp.last_fencing_token}: a group created again under this id continues above both."
+    )
+    return 0
+
+
+def remove_member_cmd(args: argparse.Namespace) -> int:
+    """remove-member (DESIGN 3.20): the member is fenced; its work is held, then placed."""
+    from connect.group.v1 import admin_pb2
+
+    request = admin_pb2.RemoveMemberRequest(
+        group_id=args.group,
+        member_id=args.member or "",
+        instance_id=args.instance_id or "",
+        reason=args.reason,
+    )
+    resp = _call_owner(args, args.group, "RemoveMember", request)
+    if _check(resp):
+        return 1
+    held = (
+        f"its {resp.resources_held} resource(s) are held for nobody until "
+        f"{_utc(resp.held_until_ms)}, then placed"
+        if resp.resources_held
+        else "it held nothing"
+    )
+    print(
+        f"member {printable(resp.member_id)} removed from group {printable(args.group)}; "
+        f"{held}; group epoch {resp.group_epoch}"
+    )
+    return 0
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def alter_configs_cmd(args: argparse.Namespace) -> int:

@@ -27,10 +27,12 @@ from .admin_client import (
     PlaintextRefused,
     alter_configs_cmd,
     delete_connector_cmd,
+    delete_group_cmd,
     describe,
     features_cmd,
     list_groups,
     put_connector_cmd,
+    remove_member_cmd,
     restart_cmd,
     target_state_cmd,
 )
@@ -732,6 +734,7 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("group")
     dc.add_argument("connector")
     _add_lifecycle(client)
+    _add_removal(client)
     ac = client("alter-configs", "set or unset a group's configurations")
     ac.add_argument("group")
     ac.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -781,6 +784,38 @@ def _add_lifecycle(client: Callable[..., argparse.ArgumentParser]) -> None:
     r.add_argument("--task", type=int, default=None, help="restart only this task (its index)")
     r.add_argument("--include-tasks", action="store_true", help="the connector's tasks too")
     r.add_argument("--only-failed", action="store_true", help="only what reads FAILED")
+
+
+def _add_removal(client: Callable[..., argparse.ArgumentParser]) -> None:
+    """delete-group (DELETE on the group) and remove-member (ALTER), DESIGN 3.20."""
+    dg = client(
+        "delete-group",
+        "delete a group with no members (its events are kept)",
+        description="Delete a group and all its state (DeleteGroup); its events are kept and "
+        "a GROUP_DELETED event is recorded. Refused (NON_EMPTY_GROUP) while it has a member "
+        "(a static member that left too), work held for a removed member, a classic state "
+        "other than EMPTY, or connectors without --with-catalogue. A group created again "
+        "under the id continues its epochs and fencing tokens. Needs DELETE on the group.",
+    )
+    dg.add_argument("group")
+    dg.add_argument(
+        "--with-catalogue",
+        action="store_true",
+        help="delete the group's connectors with it (without it, a group with connectors is "
+        "refused)",
+    )
+    rm = client(
+        "remove-member",
+        "remove a member for good (as a fence: its work is held, then placed)",
+        description="Remove one member of either protocol (RemoveMember), for a worker that "
+        "is gone for good: what it held goes to nobody for a session timeout (by when a "
+        "worker cut off has stopped it), then is placed; the group rebalances. Name it by "
+        "member id or by --instance-id. Needs ALTER on the group.",
+    )
+    rm.add_argument("group")
+    rm.add_argument("member", nargs="?", default=None, help="the member id")
+    rm.add_argument("--instance-id", default=None, help="a static member's instance id")
+    rm.add_argument("--reason", default="", help="why, for the MEMBER_REMOVED event")
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -845,6 +880,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "resume": target_state_cmd,
     "stop": target_state_cmd,
     "restart": restart_cmd,
+    "delete-group": delete_group_cmd,
+    "remove-member": remove_member_cmd,
     "alter-configs": alter_configs_cmd,
     "features": features_cmd,
     "acl": acl_cmd,

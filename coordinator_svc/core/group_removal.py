@@ -97,6 +97,13 @@ def check_deletable(state: GroupState, with_catalogue: bool, now_ms: int) -> Non
     """NON_EMPTY_GROUP, saying why, unless the group may be deleted now. O(1) but for the holds
     (a handful at most: each is a removed member's, for a session timeout)."""
     group_id = state.group_id
+    classic = state.meta.classic
+    if state.meta.is_classic and classic is not None and classic.state is not ClassicState.EMPTY:
+        raise NonEmptyGroup(
+            f"classic group {group_id!r} is {classic.state.value}, not EMPTY "
+            f"({len(state.members):,} members); retry once its members have left (or been "
+            "removed with RemoveMember) and it is EMPTY."
+        )
     if state.members:
         left = len(state.left_members)
         static = (
@@ -113,12 +120,6 @@ def check_deletable(state: GroupState, with_catalogue: bool, now_ms: int) -> Non
         raise NonEmptyGroup(
             f"group {group_id!r} still holds the work of {len(holds)} removed member(s) until "
             f"{until} (coordinator ms), so that nothing runs twice; retry after that."
-        )
-    classic = state.meta.classic
-    if state.meta.is_classic and classic is not None and classic.state is not ClassicState.EMPTY:
-        raise NonEmptyGroup(
-            f"classic group {group_id!r} is {classic.state.value}, not EMPTY; retry once its "
-            "members have left and it is EMPTY."
         )
     if state.catalogue and not with_catalogue:
         raise NonEmptyGroup(

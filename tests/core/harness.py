@@ -32,6 +32,8 @@ from connect_protocol.messages import (
     Assignor,
     DeleteConnectorRequest,
     DeleteConnectorResponse,
+    DeleteGroupRequest,
+    DeleteGroupResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     InstallRequest,
@@ -41,16 +43,26 @@ from connect_protocol.messages import (
     PrepareResponse,
     PutConnectorRequest,
     PutConnectorResponse,
+    RemoveMemberRequest,
+    RemoveMemberResponse,
 )
 from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from coordinator_svc.core import replay
 from coordinator_svc.core.admin import alter_configs, delete_connector, put_connector
 from coordinator_svc.core.assignment import install_assignment, plan_install, prepare_assignment
+from coordinator_svc.core.change import continuing
 from coordinator_svc.core.control import restart_connector, set_target_state
+from coordinator_svc.core.group_removal import delete_group, remove_member
 from coordinator_svc.core.heartbeat import heartbeat
 from coordinator_svc.core.lifecycle import configs
-from coordinator_svc.core.model import GroupConfigDefaults, GroupState, GroupStatus, Member
-from coordinator_svc.core.records import EventRecord, EventType, Record
+from coordinator_svc.core.model import (
+    GroupConfigDefaults,
+    GroupState,
+    GroupStatus,
+    Member,
+    Tombstone,
+)
+from coordinator_svc.core.records import EventRecord, EventType, GroupDeletedRecord, Record
 from coordinator_svc.core.results import CancelTimer, Result, ScheduleTimer, TimerKey
 from coordinator_svc.core.status import report_status
 from coordinator_svc.core.timers import on_timer
@@ -125,6 +137,8 @@ class GroupHarness:
         self.defaults = defaults
         self.now_ms = now_ms
         self.state: GroupState | None = None
+        #: What the last DeleteGroup kept (a group created afterwards continues it).
+        self.tombstone: Tombstone | None = None
         self.timers: dict[TimerKey, tuple[int, int]] = {}
         self.records_of_last_call: list[Record] = []
         self.log: list[Record] = []
@@ -136,7 +150,8 @@ class GroupHarness:
 
     def _run(self, handler: Callable[[GroupState | None], Result[R]]) -> R:
         before = self.dump()
-        result = handler(self.state)
+        with continuing(self.tombstone if self.state is None else None):
+            result = handler(self.state)
         assert self.dump() == before, "a handler changed the state it was given"
         self.records_of_last_call = list(result.records)
         self._apply(result)
@@ -144,6 +159,12 @@ class GroupHarness:
 
     def _apply(self, result: Result[Any]) -> None:
         try:
+            deleted = result.records[-1] if result.records else None
+            if isinstance(deleted, GroupDeletedRecord):  # as the runtime: the state goes
+                self.state, self.tombstone = None, deleted.tombstone
+                self.timers.clear()
+                self.log = []  # what a takeover would load: only what follows
+                return
             if result.records:
                 if self.state is None:
                     self.state = replay.new_state(result.records)
@@ -310,6 +331,18 @@ class GroupHarness:
         """RestartConnector (DESIGN 3.20)."""
         req = RestartRequest(self.group_id, name, task, include_tasks, only_failed, "test")
         return self._run(lambda s: restart_connector(s, req, self.now_ms, self.defaults))
+
+    def delete_group(self, with_catalogue: bool = False) -> DeleteGroupResponse:
+        """DeleteGroup (DESIGN 3.20); on success the state goes, the tombstone stays."""
+        req = DeleteGroupRequest(self.group_id, with_catalogue, "test")
+        return self._run(lambda s: delete_group(s, req, self.now_ms, self.defaults))
+
+    def remove_member(
+        self, member_id: str = "", instance_id: str = "", reason: str = ""
+    ) -> RemoveMemberResponse:
+        """RemoveMember (DESIGN 3.20)."""
+        req = RemoveMemberRequest(self.group_id, member_id, instance_id, reason, "test")
+        return self._run(lambda s: remove_member(s, req, self.now_ms, self.defaults))
 
     def alter_configs(
         self, set: Mapping[str, str] | None = None, unset: Iterable[str] = ()

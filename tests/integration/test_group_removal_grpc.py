@@ -21,7 +21,7 @@ from tests.integration.test_lifecycle_grpc import GROUP, formed, put, tokens
 from tests.support import store_dump
 from tests.support.classic_client import ClassicMember
 from tests.support.client import ScriptedWorker, parse
-from tests.support.coordinator import FAST_DEFAULTS, InProcessCoordinator, Stubs
+from tests.support.coordinator import FAST_DEFAULTS, InProcessCoordinator, Stubs, run_cli
 
 SESSION_S = FAST_DEFAULTS.session_timeout_ms / 1000
 
@@ -215,7 +215,7 @@ def test_removing_a_classic_member_holds_its_work_for_its_session_then_places_it
             first.join()
             assert first.sync().error_code == 0
             assert sorted(first.assignment.assignment.connectors) == ["A"]
-            refused(delete(stubs, group, with_catalogue=True), "1 members")
+            refused(delete(stubs, group, with_catalogue=True), "is STABLE, not EMPTY")
 
             removed = remove(stubs, group, member_id=first.member_id)
             assert removed.error_code == 0, removed.error_message
@@ -236,3 +236,39 @@ def test_removing_a_classic_member_holds_its_work_for_its_session_then_places_it
             assert list(second.assignment.assignment.connectors) == ["A"]
         finally:
             channel.close()
+
+
+def test_the_cli_removes_members_and_deletes_groups_saying_what_it_did(
+    database_url: str,
+) -> None:
+    with InProcessCoordinator(database_url) as coord:
+        assert coord.stubs is not None
+        stubs = coord.stubs
+        w1, _w2 = formed(stubs)
+        address = ("--coordinator", coord.address)
+
+        refused_cli = run_cli("delete-group", GROUP, *address)
+        assert refused_cli.returncode == 1
+        assert "NON_EMPTY_GROUP" in refused_cli.stderr and "2 members" in refused_cli.stderr
+        both = run_cli("remove-member", GROUP, "w2", "--instance-id", "x", *address)
+        assert both.returncode == 1 and "exactly one of MemberId and InstanceId" in both.stderr
+
+        removed = run_cli("remove-member", GROUP, "w2", "--reason", "node lost", *address)
+        assert removed.returncode == 0, removed.stderr
+        assert "member w2 removed from group lifecycle; its 2 resource(s) are held" in (
+            removed.stdout
+        )
+        w1.leave()
+        (event,) = events(coord, "MEMBER_REMOVED")
+        assert event["payload"]["reason"] == "node lost"
+        assert event["payload"]["caller"]  # who asked: the CLI's address
+
+        held = run_cli("delete-group", GROUP, "--with-catalogue", *address)
+        assert held.returncode == 1 and "holds the work of 1 removed member" in held.stderr
+        time.sleep(SESSION_S + 0.5)
+        deleted = run_cli("delete-group", GROUP, "--with-catalogue", *address)
+        assert deleted.returncode == 0, deleted.stderr
+        assert f"group {GROUP} deleted: 2 connector(s) with 2 task(s)" in deleted.stdout
+        assert "continues above both" in deleted.stdout
+        gone = run_cli("describe", GROUP, *address)
+        assert "GROUP_ID_NOT_FOUND" in gone.stdout + gone.stderr
