@@ -69,6 +69,8 @@ ORDER = (
     "ResumeConnector",
     "StopConnector",
     "RestartConnector",
+    "RemoveMember",
+    "DeleteGroup",
     "JoinGroup",
     "SyncGroup",
     "Heartbeat",

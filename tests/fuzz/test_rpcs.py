@@ -43,6 +43,8 @@ ORDER = (
     "ResumeConnector",
     "StopConnector",
     "DeleteConnector",
+    "RemoveMember",
+    "DeleteGroup",
     "ListGroups",
     "DescribeGroups",
     "FindCoordinator",
@@ -66,8 +68,9 @@ AT_LEAST = {"message": 500, "raw": 400}
 NO_FIELDS = {"DescribeFeatures": 50}
 #: RPCs fuzzed with fewer examples: Resume- and StopConnector take the very request
 #: PauseConnector does (a group and a connector; the same generator and validation), so a
-#: third of its examples each covers what differs (their handler's paths).
-FEWER = {"ResumeConnector": 3, "StopConnector": 3}
+#: third of its examples each covers what differs (their handler's paths). DeleteGroup's request
+#: is a group and a flag: a third of the examples covers it.
+FEWER = {"ResumeConnector": 3, "StopConnector": 3, "DeleteGroup": 3}
 
 
 def fuzz_settings(examples: int) -> settings:
@@ -83,7 +86,7 @@ def fuzz_settings(examples: int) -> settings:
 
 def test_every_rpc_is_fuzzed() -> None:
     assert sorted(ORDER) == sorted(hostile.RPCS)
-    assert len(hostile.RPCS) == 24
+    assert len(hostile.RPCS) == 26
 
 
 @pytest.mark.parametrize(

@@ -250,6 +250,7 @@ EPOCH_ANSWERS = frozenset(
         "ResumeConnector",
         "StopConnector",
         "RestartConnector",
+        "RemoveMember",
     }
 )
 
@@ -675,6 +676,27 @@ def restart_connector(src: Source, world: World) -> admin_pb2.RestartConnectorRe
     )
     if task is not None:
         req.task = task
+    return req
+
+
+def delete_group(src: Source, world: World) -> admin_pb2.DeleteGroupRequest:
+    """DeleteGroup (DESIGN 3.20): the world's groups (never the healthy one), with or without
+    the catalogue; most are refused NON_EMPTY_GROUP, some are deleted and re-created later."""
+    return admin_pb2.DeleteGroupRequest(
+        group_id=world.group(src), with_catalogue=src.pick((False, True))
+    )
+
+
+def remove_member(src: Source, world: World) -> admin_pb2.RemoveMemberRequest:
+    """RemoveMember (DESIGN 3.20): a member named by id, by instance id, by both or by
+    neither, with a reason that may be long or odd."""
+    req = admin_pb2.RemoveMemberRequest(group_id=world.group(src))
+    naming = weighted(src, [(4, "member"), (2, "instance"), (1, "both"), (1, "neither")])
+    if naming in ("member", "both"):
+        req.member_id = text(src, world.members)
+    if naming in ("instance", "both"):
+        req.instance_id = text(src, world.instances)
+    req.reason = lazy(src, [(3, lambda: ""), (2, lambda: text(src, ("decommissioned",), 256))])
     return req
 
 
@@ -1110,6 +1132,20 @@ RPCS: dict[str, Rpc] = {
             admin_pb2.RestartConnectorRequest,
             admin_pb2.RestartConnectorResponse,
             restart_connector,
+        ),
+        Rpc(
+            "DeleteGroup",
+            ADMIN_SERVICE,
+            admin_pb2.DeleteGroupRequest,
+            admin_pb2.DeleteGroupResponse,
+            delete_group,
+        ),
+        Rpc(
+            "RemoveMember",
+            ADMIN_SERVICE,
+            admin_pb2.RemoveMemberRequest,
+            admin_pb2.RemoveMemberResponse,
+            remove_member,
         ),
         Rpc(
             "JoinGroup",
