@@ -49,6 +49,11 @@ CLASSIC_REBALANCE_STARTED = "CLASSIC_REBALANCE_STARTED"
 CLASSIC_JOIN_COMPLETED = "CLASSIC_JOIN_COMPLETED"
 ASSIGNMENT_REFUSED = "ASSIGNMENT_REFUSED"
 GROUP_CONVERTED = "GROUP_CONVERTED"
+# DeleteGroup and RemoveMember (DESIGN 3.20): a deleted group's open rows end at its
+# GROUP_DELETED (the fold; a group created again under the id continues its epochs, so its
+# rows stay apart); a removed member is removed as a fenced one, its work held.
+GROUP_DELETED = "GROUP_DELETED"
+MEMBER_REMOVED = "MEMBER_REMOVED"
 
 USED_EVENT_TYPES = frozenset(
     {
@@ -74,12 +79,18 @@ USED_EVENT_TYPES = frozenset(
         CLASSIC_REBALANCE_STARTED,
         CLASSIC_JOIN_COMPLETED,
         ASSIGNMENT_REFUSED,
+        GROUP_DELETED,
+        MEMBER_REMOVED,
     }
 )
 """The event types the findings read."""
 
-REMOVAL_TYPES = (MEMBER_FENCED, MEMBER_SESSION_EXPIRED, REVOCATION_TIMED_OUT)
+REMOVAL_TYPES = (MEMBER_FENCED, MEMBER_SESSION_EXPIRED, REVOCATION_TIMED_OUT, MEMBER_REMOVED)
 """Events that remove their member from the group (besides a dynamic MEMBER_LEFT)."""
+
+HOLDING_TYPES = (MEMBER_FENCED, REVOCATION_TIMED_OUT, MEMBER_REMOVED)
+"""Removals whose member's work is held (`held`, until `held_until_ms`): lost at the removal,
+and excused from UNASSIGNED_TOO_LONG while held (DESIGN 3.13)."""
 
 RESOURCE_SET = StructType(
     [

@@ -35,6 +35,7 @@ LOSS_VERBS = {
     "MEMBER_FENCED": "was fenced",
     "MEMBER_SESSION_EXPIRED": "expired",
     "REVOCATION_TIMED_OUT": "timed out revoking",
+    "MEMBER_REMOVED": "was removed",
 }
 
 NAME_KINDS = ("moved", "newly_assigned", "held", "removed")

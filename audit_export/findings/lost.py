@@ -20,7 +20,7 @@ def lost_resources(e: DataFrame, t: tl.Timeline, as_of_ms: int) -> DataFrame:
             (ty == ev.MEMBER_SESSION_EXPIRED) & ~F.coalesce(F.col("p_static_left"), F.lit(False)),
             F.col("p_released"),
         )
-        .when(ty.isin(ev.MEMBER_FENCED, ev.REVOCATION_TIMED_OUT), F.col("p_held"))
+        .when(ty.isin(*ev.HOLDING_TYPES), F.col("p_held"))
     )
     losses = e.filter(ty.isin(ev.MEMBER_LEFT, ev.MEMBER_SESSION_EXPIRED, *ev.REMOVAL_TYPES)).select(
         "group_id",

@@ -126,7 +126,7 @@ def _excuses(e: DataFrame, t: tl.Timeline, as_of_ms: int) -> tuple[DataFrame, Da
         .filter(F.col("empty"))
         .select("group_id", "w_start", "w_end")
     )
-    holds = e.filter(F.col("event_type").isin(ev.MEMBER_FENCED, ev.REVOCATION_TIMED_OUT)).select(
+    holds = e.filter(F.col("event_type").isin(*ev.HOLDING_TYPES)).select(
         "group_id",
         F.explode(F.col("p_held")).alias("resource"),
         F.col("at_ms").alias("w_start"),

@@ -222,10 +222,12 @@ class GroupFold:
                 rb.revoked = sorted(set(rb.revoked) | set(e.revoke))
         elif e.event_type == ev.SCHEDULED_REBALANCE_SET and e.until_ms is not None:
             self._window(e.at_ms, e.until_ms, None)
-        holds = e.event_type in (ev.MEMBER_FENCED, ev.REVOCATION_TIMED_OUT)
+        holds = e.event_type in ev.HOLDING_TYPES
         if holds and e.held_until_ms is not None:
             for r in e.held:
                 self._window(e.at_ms, e.held_until_ms, r)
+        if e.event_type == ev.GROUP_DELETED:
+            self._deleted(e)
         if len(s.windows) > self._prune_at:
             self._prune_windows()
             self._prune_at = max(64, 2 * len(s.windows))
@@ -393,9 +395,13 @@ class GroupFold:
     # -- catalogue -------------------------------------------------------------------------
 
     def _catalogue(self, e: Event, here: Span) -> tuple[list[str], list[str]]:
+        s = self.s
+        if e.event_type == ev.GROUP_DELETED:  # the whole catalogue goes with the group
+            gone = [r for resources in s.catalogue.values() for r in resources]
+            s.catalogue.clear()
+            return [], gone
         if e.event_type not in (ev.CONNECTOR_PUT, ev.CONNECTOR_DELETED) or e.connector is None:
             return [], []
-        s = self.s
         c = e.connector
         if e.event_type == ev.CONNECTOR_PUT:
             exists = [c] + [f"{c}-{i}" for i in range(max(0, e.task_count or 0))]
@@ -510,7 +516,7 @@ class GroupFold:
             lost = e.held if e.static else e.released
         elif t == ev.MEMBER_SESSION_EXPIRED:
             lost = () if e.static_left else e.released
-        elif t in (ev.MEMBER_FENCED, ev.REVOCATION_TIMED_OUT):
+        elif t in ev.HOLDING_TYPES:
             lost = e.held
         else:
             lost = ()
@@ -539,8 +545,16 @@ class GroupFold:
         self._lost_resources = {lost.resource for lost in keep}
 
     def _lost_row(
-        self, lost: Lost, member: str | None, restart_id: int | None, restart_ms: int | None
+        self,
+        lost: Lost,
+        member: str | None,
+        restart_id: int | None,
+        restart_ms: int | None,
+        ended_ms: int | None = None,
     ) -> dict[str, Any]:
+        """`ended_ms`: the group was deleted then, the resource never restarted (a closed row:
+        `waiting_so_far_ms` is its whole wait)."""
+        waited_until = self.as_of_ms if ended_ms is None else ended_ms
         return {
             "group_id": self.s.group_id,
             "group_epoch": lost.epoch,
@@ -553,9 +567,38 @@ class GroupFold:
             "restart_event_id": restart_id,
             "restarted_at_ms": restart_ms,
             "waited_ms": None if restart_ms is None else restart_ms - lost.lost_at_ms,
-            "waiting_so_far_ms": self.as_of_ms - lost.lost_at_ms if restart_ms is None else None,
-            "open": restart_id is None,
+            "waiting_so_far_ms": waited_until - lost.lost_at_ms if restart_ms is None else None,
+            "open": restart_id is None and ended_ms is None,
         }
+
+    # -- deletion ---------------------------------------------------------------------------------
+
+    def _deleted(self, e: Event) -> None:
+        """GROUP_DELETED (DESIGN 3.20): nothing of the group can change any more, so every row
+        still open ends here. (Its catalogue went as a removal of every resource, in `apply`,
+        which closed the gaps; a deleted group has no member and no hold, so no run or overlap
+        is open.) Lost resources never restarted are closed unrestarted; the latest rebalance
+        is superseded by the deletion; the excuse windows close (the group's emptiness goes
+        on: a group created again under the id is empty until a member joins). A group created
+        again under
+        the id continues its epochs (DESIGN 3.20), so its rows never share an epoch with
+        these."""
+        s = self.s
+        for lost in s.lost_open:
+            self.out.lost_resources.append(self._lost_row(lost, None, None, None, e.at_ms))
+            stats = s.lost_stats.setdefault(lost.epoch, LostStats())
+            stats.waiting -= 1
+        s.lost_open = []
+        self._lost_resources = set()
+        for rb in s.rebalances.values():
+            if rb.next_bump_event_id is None:
+                rb.next_bump_event_id = e.id
+            rb.waiting_members = set()
+        for w in s.windows:  # but the group's emptiness, which goes on until a member joins
+            if w.end_ms is None and w.wid != s.empty_window:
+                w.end_ms = e.at_ms
+        for m in s.members.values():
+            m.static_windows = []
 
     # -- rebalances ------------------------------------------------------------------------------
 

@@ -61,6 +61,20 @@ def _event_fields() -> st.SearchStrategy[dict[str, Any]]:
             st.integers(0, 400),
         ),
         st.builds(
+            lambda m, held, until, static_left: {
+                "event_type": ev.MEMBER_REMOVED,
+                "member_id": m,
+                "held": () if static_left else held,
+                "held_until_ms": None if static_left else until,
+                "static_left": static_left,
+            },
+            member,
+            _resources(),
+            st.integers(0, 400),
+            st.booleans(),
+        ),
+        st.just({"event_type": ev.GROUP_DELETED}),
+        st.builds(
             lambda m, released, static_left: {
                 "event_type": ev.MEMBER_SESSION_EXPIRED,
                 "member_id": m,
