@@ -24,7 +24,6 @@ from coordinator_svc.store import SqlStore, StoreUnavailable
 from tests.core.harness import DEFAULTS, GROUP
 from tests.integration.test_commit_in_flight import WAIT_S, Call, Gate
 
-
 Handler = Callable[[GroupState | None, int], Result[Any]]
 
 
