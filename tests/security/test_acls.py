@@ -67,6 +67,7 @@ GRANTS: dict[Operation, frozenset[Operation]] = {
     Operation.DESCRIBE: frozenset({Operation.DESCRIBE}),
     Operation.ALTER: frozenset({Operation.ALTER, Operation.DESCRIBE}),
     Operation.DESCRIBE_CONFIGS: frozenset({Operation.DESCRIBE_CONFIGS, Operation.DESCRIBE}),
+    Operation.DELETE: frozenset({Operation.DELETE, Operation.DESCRIBE}),
     Operation.ALL: frozenset(Operation),
 }
 
@@ -180,6 +181,20 @@ def alter_case(case: Case) -> Call:
     return lambda: int(case.clients.alice.admin.AlterGroupConfigs(request, timeout=5).error_code)
 
 
+def delete_group_case(case: Case) -> Call:
+    request = admin_pb2.DeleteGroupRequest(group_id=case.group, with_catalogue=True)
+    return lambda: int(case.clients.alice.admin.DeleteGroup(request, timeout=5).error_code)
+
+
+def remove_member_case(case: Case) -> Call:
+    """Alice removes the admin's member (RemoveMember is an operator's act: ALTER, whoever
+    the member's principal)."""
+    joined = ScriptedWorker(case.clients.admin, case.group, "admins-worker").join()
+    assert joined.error_code in (0, COMPUTE_ASSIGNMENT), joined
+    request = admin_pb2.RemoveMemberRequest(group_id=case.group, member_id="admins-worker")
+    return lambda: int(case.clients.alice.admin.RemoveMember(request, timeout=5).error_code)
+
+
 def list_case(case: Case) -> Call:
     def call() -> int:
         answer = list_groups(case.clients.alice)
@@ -239,6 +254,8 @@ RPCS: dict[str, Rpc] = {
     "PutConnector": Rpc(put_case, Operation.ALTER),
     "DeleteConnector": Rpc(delete_case, Operation.ALTER),
     "AlterGroupConfigs": Rpc(alter_case, Operation.ALTER),
+    "DeleteGroup": Rpc(delete_group_case, Operation.DELETE),
+    "RemoveMember": Rpc(remove_member_case, Operation.ALTER),
     "ListGroups": Rpc(list_case, Operation.DESCRIBE, CLUSTER),
     "DescribeGroups": Rpc(describe_case, Operation.DESCRIBE),
     "DescribeGroups with config values": Rpc(describe_values_case, Operation.DESCRIBE_CONFIGS),
