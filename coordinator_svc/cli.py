@@ -46,6 +46,12 @@ from .grpc_api.connection_age import (
     MIN_MAX_CONNECTION_AGE_GRACE_MS,
     MIN_MAX_CONNECTION_AGE_MS,
 )
+from .retention_admin import (
+    add_audit_exports_parser,
+    add_retention_flags,
+    audit_exports_cmd,
+    retention_problem,
+)
 from .serve import migrate, serve
 from .settings_admin import add_settings_parser, settings_cmd
 
@@ -193,6 +199,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_limits(p)
     _add_classic(p)
     _add_server_security(p)
+    add_retention_flags(p)
     p.add_argument(
         "--max-workers",
         type=int,
@@ -668,6 +675,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_acl_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
     add_settings_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
+    add_audit_exports_parser(sub, _env("DATABASE_URL", DEFAULT_DATABASE_URL))
 
     def client(
         name: str,
@@ -886,6 +894,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "features": features_cmd,
     "acl": acl_cmd,
     "settings": settings_cmd,
+    "audit-exports": audit_exports_cmd,
 }
 
 
@@ -907,6 +916,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             or _limits_problem(args)
             or _classic_problem(args)
             or _server_security_problem(args)
+            or retention_problem(args)
         )
         if problem is not None:
             print(f"coordinator-svc serve: {problem}", file=sys.stderr)

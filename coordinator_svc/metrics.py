@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .core.model import GroupStatus
@@ -153,6 +154,75 @@ class _ParkedCollector(Collector):
         yield parked
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionStats:
+    """What the event pruner last read (`runtime/event_pruner.py`, DESIGN 3.20).
+
+    Attributes:
+        pruned_total: events this process deleted.
+        pruned_through_event_id: the highest event id pruned (by any coordinator).
+        oldest_event_at_s: when the lowest-id event happened (seconds since the epoch; None:
+            no event).
+        registered_at_s: per registered audit export, when its latest run was recorded.
+        holds_lease: whether this process holds the pruning lease.
+    """
+
+    pruned_total: int = 0
+    pruned_through_event_id: int = 0
+    oldest_event_at_s: float | None = None
+    registered_at_s: Mapping[str, float] = field(default_factory=dict)
+    holds_lease: bool = False
+
+
+RetentionSource = Callable[[], RetentionStats | None]
+
+
+class _RetentionCollector(Collector):
+    """Event retention's metrics, ages computed at each scrape from the pruner's last look
+    (every --event-prune-interval-ms). Without retention the families are served empty."""
+
+    def __init__(self, stats: RetentionSource, clock: Callable[[], float] = time.time) -> None:
+        self._stats = stats
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats()
+        now = self._clock()
+        pruned = CounterMetricFamily(
+            "coordinator_events_pruned",
+            "Events this process deleted for --event-retention-ms (DESIGN 3.20).",
+        )
+        floor = GaugeMetricFamily(
+            "coordinator_events_pruned_through_id",
+            "The highest event id pruned (by any coordinator): an audit export run whose range "
+            "starts below it refuses.",
+        )
+        oldest = GaugeMetricFamily(
+            "coordinator_events_oldest_age_seconds",
+            "Age of the oldest event kept (the lowest id), as of the pruner's last look.",
+        )
+        registrations = GaugeMetricFamily(
+            "coordinator_audit_export_registration_age_seconds",
+            "Per registered audit export (--export-name), seconds since its latest run recorded "
+            "its progress: the pruner keeps every event that run may read again, so one that "
+            "stopped advancing holds the events back.",
+            labels=["export"],
+        )
+        lease = GaugeMetricFamily(
+            "coordinator_event_pruner_lease",
+            "1 while this process holds the pruning lease (one coordinator prunes at a time).",
+        )
+        if stats is not None:
+            pruned.add_metric([], stats.pruned_total)
+            floor.add_metric([], stats.pruned_through_event_id)
+            if stats.oldest_event_at_s is not None:
+                oldest.add_metric([], max(0.0, now - stats.oldest_event_at_s))
+            for name, at_s in sorted(stats.registered_at_s.items()):
+                registrations.add_metric([name], max(0.0, now - at_s))
+            lease.add_metric([], 1 if stats.holds_lease else 0)
+        yield from (pruned, floor, oldest, registrations, lease)
+
+
 class _HeartbeatLatency(Collector):
     """coordinator_heartbeat_latency_seconds: the ConnectGroupHeartbeat series of
     coordinator_rpc_latency_seconds under the name dashboards and alerts have used since before
@@ -297,6 +367,10 @@ class Metrics:
     def watch_parked(self, counts: ParkedSource) -> None:
         """Export `counts()` (parked calls by kind) as coordinator_parked_calls."""
         self.registry.register(_ParkedCollector(counts))
+
+    def watch_retention(self, stats: RetentionSource) -> None:
+        """Export event retention's figures from `stats()` (None: retention is off)."""
+        self.registry.register(_RetentionCollector(stats))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -24,6 +24,7 @@ from .core.model import GroupConfigDefaults
 
 if TYPE_CHECKING:
     from .grpc_api.tls import ServerTls
+    from .runtime.event_pruner import EventPruner
     from .store import SqlStore
 
 log = logging.getLogger("coordinator")
@@ -168,6 +169,8 @@ def serve(args: argparse.Namespace) -> int:
     manager.start()
     server.start()
     readiness.start(revisions)
+    pruner = _start_event_pruner(args, store)
+    metrics.watch_retention(pruner.stats if pruner is not None else lambda: None)
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_host)
     log.info(
@@ -192,11 +195,40 @@ def serve(args: argparse.Namespace) -> int:
     readiness.stop()
     server.set_serving(False)
     server.stop(args.shutdown_grace_s)
+    if pruner is not None:
+        pruner.stop()
     authorizer.stop()
     manager.stop()
     store.close()
     log.info("stopped", extra=logs.fields(event="stopped"))
     return 0
+
+
+def _start_event_pruner(args: argparse.Namespace, store: SqlStore) -> EventPruner | None:
+    """The event pruner, started when --event-retention-ms is set (DESIGN 3.20)."""
+    if args.event_retention_ms <= 0:
+        return None
+    from .runtime.event_pruner import EventPruner, RetentionPolicy
+
+    policy = RetentionPolicy(
+        retention_ms=args.event_retention_ms,
+        without_export=args.prune_events_without_export,
+        rows_per_s=args.event_prune_rows_per_s,
+        interval_s=args.event_prune_interval_ms / 1000,
+    )
+    log.info(
+        "event retention: events older than %d ms are pruned once no audit export needs them",
+        policy.retention_ms,
+        extra=logs.fields(
+            event="event_retention",
+            retention_ms=policy.retention_ms,
+            without_export=policy.without_export,
+            rows_per_s=policy.rows_per_s,
+        ),
+    )
+    pruner = EventPruner(store.retention, policy)
+    pruner.start()
+    return pruner
 
 
 #: --wait-for-schema: how often the schema is read, and how often the wait is logged.

@@ -32,6 +32,7 @@ from .features import FeatureStore
 from .leases import Leases
 from .migrate import normalize_url, read_revisions, upgrade_to_head
 from .reads import GroupSummary, Reads
+from .retention import RetentionStore
 from .state_writes import Plan, WriteStatements
 from .stored_sets import STORED_SET_FORMS
 
@@ -73,6 +74,8 @@ class SqlStore:
         self.acls = AclStore(self._db)
         #: The cluster features' levels (`features`, migration 0010).
         self.features = FeatureStore(self._db)
+        #: The audit exports' registrations and event pruning (`retention`, migration 0013).
+        self.retention = RetentionStore(self._db, owner_id)
 
     def _transaction(self, *, write: bool) -> AbstractContextManager[Connection]:
         """One transaction on the store's database (for tests and tools that read it directly);
