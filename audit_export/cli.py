@@ -8,14 +8,24 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from connect_protocol.env import env_default
 
 from .job import ExportOptions, ExportResult, run_export
-from .source import DEFAULT_JDBC_JARS, ReadTuning
+from .source import DEFAULT_JDBC_JARS, ProgressNotRecorded, ReadTuning
+from .watermark import EXPORT_NAME_LENGTH, WatermarkError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFAULT_DATABASE_URL = "sqlite:///coordinator.db"
 EXIT_VIOLATIONS = 3
+#: The run refused before writing anything: the watermarks and the database disagree, or events
+#: it needs were pruned by the coordinators' event retention.
+EXIT_REFUSED = 4
+#: The run committed, but its progress could not be recorded in the database.
+EXIT_PROGRESS_NOT_RECORDED = 5
 
 DESCRIPTION = """\
 Export the coordinator's tables for audit: a full snapshot of the current state (groups, members,
@@ -36,6 +46,12 @@ run folds only its own events into the state the previous date carried (OUTPUT/_
 and writes what changed plus what is still open (column `open`); the findings as of a date are,
 per row key, the latest date's row. Re-running an export date replaces what it wrote
 (idempotent; an older date repeats its first run).
+
+Event retention: after committing a run, the export appends its progress to the database
+(audit_export_progress, under --export-name), so the coordinators' --event-retention-ms keeps every
+event it may still read; its database role needs INSERT on that table. A run that would need
+events the coordinators already pruned refuses (exit 4) and writes nothing: re-running the latest
+date or running a new one works, an older date whose events are gone does not.
 
 Every option can also be set by the environment variable named in its help; the database
 password can be given in the URL or in AUDIT_EXPORT_DB_PASSWORD.
@@ -78,6 +94,13 @@ def build_parser(local: bool = True) -> argparse.ArgumentParser:
         default=_env("AUDIT_EXPORT_DATE", None),
         help="the run's logical date, YYYY-MM-DD: the partition it writes, and the key of its "
         "watermark (AUDIT_EXPORT_DATE; default today, UTC)",
+    )
+    dst.add_argument(
+        "--export-name",
+        default=_env("AUDIT_EXPORT_NAME", None),
+        help="the name this export's progress is recorded under in the database, for the "
+        "coordinators' event retention (at most 128 characters; AUDIT_EXPORT_NAME; default: "
+        "the output location)",
     )
     dst.add_argument(
         "--include-config-values",
@@ -208,6 +231,7 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
         max_report_rows=args.max_report_rows,
         include_config_values=args.include_config_values,
         findings_mode=args.findings_mode,
+        export_name=args.export_name,
     )
 
 
@@ -216,7 +240,8 @@ def describe(result: ExportResult, seconds: float) -> str:
     lines = [
         f"audit export {run.export_date} from {run.source} in {seconds:.1f} s",
         f"  events {rng.since_event_id + 1}..{rng.until_event_id}: {run.event_rows} exported "
-        f"({rng.why}); watermark now {run.until_event_id}",
+        f"({rng.why}); watermark now {run.until_event_id}; progress recorded as "
+        f"{result.export_name!r}",
         "  rows: " + ", ".join(f"{k} {v}" for k, v in sorted(run.table_rows.items())),
     ]
     if run.rechecked or run.unfilled:
@@ -244,10 +269,31 @@ def _exit_code(args: argparse.Namespace, result: ExportResult) -> int:
     return 0
 
 
+def _check_export_name(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.export_name is not None and not 0 < len(args.export_name) <= EXPORT_NAME_LENGTH:
+        parser.error(f"--export-name must be 1 to {EXPORT_NAME_LENGTH} characters")
+
+
+def run_and_report(spark: SparkSession, args: argparse.Namespace, started: float) -> int:
+    """One export with `spark`, reported on stdout; a refusal or an unrecorded progress on
+    stderr, with its exit code."""
+    try:
+        result = run_export(spark, options_from_args(args))
+    except WatermarkError as error:
+        print(f"audit export refused: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except ProgressNotRecorded as error:
+        print(f"audit export: {error}", file=sys.stderr)
+        return EXIT_PROGRESS_NOT_RECORDED
+    print(describe(result, time.monotonic() - started))
+    return _exit_code(args, result)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The console command: a local Spark session, one export, a short report on stdout."""
     parser = build_parser(local=True)
     args = parser.parse_args(argv)
+    _check_export_name(parser, args)
     if not args.master.startswith("local"):
         parser.error(
             f"--master {args.master}: this command runs a local session only; on a cluster, "
@@ -263,16 +309,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         shuffle_partitions=args.shuffle_partitions,
     )
     try:
-        result = run_export(spark, options_from_args(args))
+        return run_and_report(spark, args, started)
     finally:
         spark.stop()
-    print(describe(result, time.monotonic() - started))
-    return _exit_code(args, result)
 
 
 def main_submit(argv: Sequence[str] | None = None) -> int:
     """Under spark-submit: the session (master, jars, memory) is spark-submit's."""
-    args = build_parser(local=False).parse_args(argv)
+    parser = build_parser(local=False)
+    args = parser.parse_args(argv)
+    _check_export_name(parser, args)
     from pyspark.sql import SparkSession
 
     from .session import APP_NAME
@@ -281,11 +327,9 @@ def main_submit(argv: Sequence[str] | None = None) -> int:
     spark = SparkSession.builder.appName(APP_NAME).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
-        result = run_export(spark, options_from_args(args))
+        return run_and_report(spark, args, started)
     finally:
         spark.stop()
-    print(describe(result, time.monotonic() - started))
-    return _exit_code(args, result)
 
 
 if __name__ == "__main__":

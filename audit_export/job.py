@@ -1,5 +1,8 @@
 """One export run: snapshot, events, findings, report, watermark (in that order; the watermark
-file is written last and is the run's commit point).
+file is written last and is the run's commit point), then the run's progress appended to the
+database for the coordinators' event retention (`watermark.ProgressRow`, DESIGN 3.20). A run
+that may need events the retention pruned refuses before writing anything
+(`watermark.check_not_pruned`).
 
 Output layout under the output path (every table Parquet, partitioned by export date and group):
 
@@ -42,8 +45,11 @@ from .summary import build_summary
 from .watermark import (
     EventRange,
     RunRecord,
+    check_not_pruned,
+    default_export_name,
     load_runs,
     plan_range,
+    progress_row,
     record_run,
     still_unfilled,
 )
@@ -76,6 +82,9 @@ class ExportOptions:
             recomputed in Spark: the reference computation, and the old cost).
         as_of_ms: "now" for what has not ended yet (default: the time of the run; a re-run of
             an older date uses its first run's).
+        export_name: the name the run's progress is recorded under in the database, for the
+            coordinators' event retention (default: the output location,
+            `watermark.default_export_name`).
     """
 
     database_url: str
@@ -92,6 +101,7 @@ class ExportOptions:
     include_config_values: bool = False
     findings_mode: str = "incremental"
     as_of_ms: int | None = None
+    export_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,7 @@ class ExportResult:
         source_rows: rows read from the database per table.
         findings_mode: how the findings were computed (incremental, or whole history and why).
         findings_state_bytes: the size of the state carried to the next date.
+        export_name: the name the run's progress was recorded under.
     """
 
     run: RunRecord
@@ -120,6 +131,7 @@ class ExportResult:
     source_rows: dict[str, int]
     findings_mode: str = ""
     findings_state_bytes: int = 0
+    export_name: str = ""
 
 
 def _today() -> str:
@@ -164,6 +176,7 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
     )
     fs = OutputFS(spark)
     out = qualify(options.output)
+    export_name = options.export_name or default_export_name(out)
     tuning = options.tuning
     timings: dict[str, float] = {}
     persisted: list[DataFrame] = []
@@ -193,6 +206,7 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             #    snapshot reflects at least every exported event.
             runs = load_runs(fs, out)
             event_range = plan_range(runs, export_date, stats.max_event_id, options.since_event_id)
+            check_not_pruned(event_range, pinned.pruned_through_event_id())
 
             # 2. The events stream from parallel JDBC reads straight to Parquet, started first:
             #    they are most of the work, and the snapshot is written beside them.
@@ -252,6 +266,9 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
                     event_range.exclude,
                 )
             )
+            # Pruning that reached into the range while it was read (only where the reads are
+            # not pinned to one instant, SQLite) fails the run before it commits.
+            check_not_pruned(event_range, pinned.pruned_through_event_id())
         source_rows = {**stats.rows, "events": n_events}
 
         summary: dict[str, Any] | None = None
@@ -353,8 +370,26 @@ def run_export(spark: SparkSession, options: ExportOptions) -> ExportResult:
             timings["report"] = time.monotonic() - started
 
         record_run(fs, out, run)
+        progress = progress_row(run)
+        source.record_progress(
+            spark,
+            src,
+            export_name,
+            progress.since_event_id,
+            progress.until_event_id,
+            progress.lowest_unfilled_id,
+            datetime.now(UTC),
+        )
         return ExportResult(
-            run, event_range, summary, paths, timings, source_rows, findings_mode, state_bytes
+            run,
+            event_range,
+            summary,
+            paths,
+            timings,
+            source_rows,
+            findings_mode,
+            state_bytes,
+            export_name,
         )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -4,8 +4,9 @@ written (Parquet, partitioned by export date and group).
 
 Tables (each with `group_id`; `export_date` is added when written):
 
-- `groups`, `group_leases`, `members`, `group_configs`: the rows as stored (JSON columns as JSON
-  text, byte columns as binary).
+- `groups`, `group_leases`, `members`, `group_configs`, `group_tombstones`: the rows as stored
+  (JSON columns as JSON text, byte columns as binary). `group_tombstones` has a row per deleted
+  group (DESIGN 3.20): its last group epoch and fencing token, who deleted it and when.
 - `catalogue`: one row per connector and per task (`resource`, `resource_type`, `connector`,
   `task`), with the connector's task count and, on its connector row, the digest of its config
   (`config_digest`; `connect_protocol.configs.config_digest`): "hmac-sha256:<hex>", keyed by
@@ -60,10 +61,17 @@ SNAPSHOT_TABLES = (
     "current_assignment",
     "group_configs",
     "resource_statuses",
+    "group_tombstones",
 )
 
 
-RAW_TABLES = (source.GROUPS, source.GROUP_LEASES, source.MEMBERS, source.GROUP_CONFIGS)
+RAW_TABLES = (
+    source.GROUPS,
+    source.GROUP_LEASES,
+    source.MEMBERS,
+    source.GROUP_CONFIGS,
+    source.GROUP_TOMBSTONES,
+)
 """The snapshot tables written as stored."""
 
 

@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import reduce
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -333,6 +334,18 @@ GROUP_CONFIGS = TableSpec(
     "group_configs",
     (("group_id", "string"), ("name", "string"), ("value", "string")),
 )
+GROUP_TOMBSTONES = TableSpec(
+    "group_tombstones",
+    (
+        ("group_id", "string"),
+        ("group_epoch", "int"),
+        ("last_fencing_token", "long"),
+        ("deleted_at", "time"),
+        ("deleted_by", "string"),
+    ),
+)
+"""What DeleteGroup kept of each deleted group (migration 0013, DESIGN 3.20): its last epoch and
+fencing token (a group re-created under the id continues both), who deleted it and when."""
 EVENTS = TableSpec(
     "events",
     (
@@ -356,6 +369,7 @@ STATE_TABLES = (
     TARGET_ASSIGNMENT_MEMBERS,
     GROUP_CONFIGS,
     RESOURCE_STATUSES,
+    GROUP_TOMBSTONES,
 )
 """Every table but the events: read on every run (the snapshot; `CONNECTORS` and
 `RESOURCE_STATUSES` without their secret columns), and counted to size the parallel reads."""
@@ -406,6 +420,16 @@ WITHHELD: Mapping[tuple[str, str], str] = {
     ("acls", "*"): (
         "cluster-wide authorization rules, not group state: `coordinator-svc acl list` shows "
         'them, and each change is an event (ACL_ADDED, ACL_REMOVED, ACL_CHANGED; group id "")'
+    ),
+    ("audit_export_progress", "*"): (
+        "the audit exports' own progress (migration 0013: each committed run's event range, "
+        "appended by the export itself for the event pruner), which the output already holds "
+        "as its watermarks (_watermarks/); `coordinator-svc audit-exports list` shows it"
+    ),
+    ("event_pruning", "*"): (
+        "the event pruner's bookkeeping (migration 0013: the highest event id pruned and the "
+        "pruning lease), not group state; the export reads the highest pruned id to refuse a "
+        "run that needs pruned events, and `coordinator-svc audit-exports list` shows it"
     ),
     ("acl_audit", "*"): (
         "bookkeeping of the ACL change trail (a change counter and the entries last "
@@ -698,6 +722,82 @@ class Pinned:
             return out
         finally:
             stmt.close()
+
+    def pruned_through_event_id(self) -> int:
+        """The highest event id the coordinators' event retention pruned (migration 0013), at
+        this instant (PostgreSQL: the pinned snapshot's, so it agrees with every read; SQLite:
+        now, so reading it again after the reads tells whether pruning reached into them)."""
+        stmt = self._conn.createStatement()
+        try:
+            rs = stmt.executeQuery(
+                "SELECT coalesce(max(pruned_through_event_id), 0) FROM event_pruning"
+            )
+            rs.next()
+            return int(rs.getLong(1))
+        finally:
+            stmt.close()
+
+
+_PROGRESS_SQL: dict[Dialect, str] = {
+    "postgresql": "INSERT INTO audit_export_progress (export_name, since_event_id, "
+    "until_event_id, lowest_unfilled_id, at) VALUES (?, ?, ?, ?, CAST(? AS timestamptz))",
+    "sqlite": "INSERT INTO audit_export_progress (export_name, since_event_id, "
+    "until_event_id, lowest_unfilled_id, at) VALUES (?, ?, ?, ?, ?)",
+}
+
+
+class ProgressNotRecorded(RuntimeError):
+    """A committed run's progress row could not be appended to the database."""
+
+
+def record_progress(
+    spark: SparkSession,
+    source: Source,
+    export_name: str,
+    since_event_id: int,
+    until_event_id: int,
+    lowest_unfilled_id: int,
+    at: datetime,
+) -> None:
+    """Append a committed run's progress to `audit_export_progress` (DESIGN 3.20), on a JDBC
+    connection of the driver's own: what the coordinators' event pruner keeps events for. The
+    export's database role needs INSERT on the table (and, on PostgreSQL, USAGE on its id
+    sequence `audit_export_progress_id_seq`)."""
+    if at.tzinfo is None:
+        raise ValueError("at must be timezone-aware")
+    utc = at.astimezone(UTC)
+    # As the coordinator stores timestamps: timestamptz, or naive UTC text on SQLite.
+    text = utc.isoformat() if source.dialect == "postgresql" else utc.strftime(_SQLITE_TIME)
+    try:
+        conn = _connect(spark, source)
+    except Exception as error:
+        raise ProgressNotRecorded(f"{source.display}: cannot connect: {error}") from error
+    try:
+        conn.setAutoCommit(True)
+        stmt = conn.prepareStatement(_PROGRESS_SQL[source.dialect])
+        try:
+            stmt.setString(1, export_name)
+            stmt.setLong(2, since_event_id)
+            stmt.setLong(3, until_event_id)
+            stmt.setLong(4, lowest_unfilled_id)
+            stmt.setString(5, text)
+            stmt.executeUpdate()
+        finally:
+            stmt.close()
+    except Exception as error:
+        raise ProgressNotRecorded(
+            f"the run is committed (its watermark is written), but its progress could not be "
+            f"appended to audit_export_progress in {source.display}: {error}. The coordinators' "
+            "event retention keeps events only for exports that record their progress: give "
+            "the export's database role INSERT on audit_export_progress (and USAGE on the "
+            "sequence audit_export_progress_id_seq), then run the export again (a re-run of "
+            "this date repeats it and records its progress)"
+        ) from error
+    finally:
+        conn.close()
+
+
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
 @contextmanager

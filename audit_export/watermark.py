@@ -19,11 +19,22 @@ its snapshot (`unfilled`, with when each was first seen: an open transaction's, 
 one's that never comes), and the next export date looks for them again (`recheck`) besides the
 events after the watermark. An id missing for longer than the wait (default an hour: no
 coordinator transaction stays open that long) is given up after its next look.
+
+Event retention (DESIGN 3.20). A coordinator with `--event-retention-ms` deletes old events, but
+only those every registered export no longer needs: after committing a run, the export appends
+its progress (`ProgressRow`: the range, and the lowest id it must be able to read again) to the
+database under its name (`export_name`), and the pruner keeps everything above the latest row's
+start and from its lowest such id. The database records the highest id it pruned; a run whose
+range starts below it, or that must look again for an id at or below it, refuses
+(`check_not_pruned`) rather than write a date with events missing. So re-running the latest
+date works after pruning, and re-running an older one whose events were pruned refuses.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,6 +45,14 @@ WATERMARK_DIR = "_watermarks"
 
 class WatermarkError(RuntimeError):
     """The recorded watermarks and the database disagree."""
+
+
+class PrunedRangeError(WatermarkError):
+    """Events the run needs may have been pruned by the coordinator's event retention."""
+
+
+EXPORT_NAME_LENGTH = 128
+"""The longest export name (`audit_export_progress.export_name`)."""
 
 
 @dataclass(frozen=True)
@@ -199,3 +218,65 @@ def still_unfilled(
             continue
         out.append((event_id, first))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class ProgressRow:
+    """What a committed run records in the database for the event pruner (DESIGN 3.20).
+
+    Attributes:
+        since_event_id: the run exported the events after this id...
+        until_event_id: ...up to and including this one.
+        lowest_unfilled_id: the lowest id the run must be able to read again: of the ids it
+            recorded as unfilled (the next date looks for them) and those it re-checked (a
+            re-run of its date looks for them again); `until_event_id` + 1 when none.
+    """
+
+    since_event_id: int
+    until_event_id: int
+    lowest_unfilled_id: int
+
+
+def progress_row(run: RunRecord) -> ProgressRow:
+    """The progress `run` records (see `ProgressRow`)."""
+    needed_again = [event_id for event_id, _ in run.unfilled] + list(run.rechecked)
+    lowest = min([*needed_again, run.until_event_id + 1])
+    return ProgressRow(run.since_event_id, run.until_event_id, lowest)
+
+
+def check_not_pruned(event_range: EventRange, pruned_through_event_id: int) -> None:
+    """Refuse a run that may need pruned events: its range starts below the highest pruned id
+    (`since_event_id` < it: ids after the start are gone), or it looks again for an id at or
+    below it. Raises PrunedRangeError saying what to do."""
+    floor = pruned_through_event_id
+    if event_range.since_event_id < floor:
+        raise PrunedRangeError(
+            f"the coordinator pruned events through id {floor} (--event-retention-ms), but this "
+            f"run would export the events after id {event_range.since_event_id} "
+            f"({event_range.why}): it would write its date with events missing, so it refuses "
+            "and writes nothing. Re-running the latest export date, or running a new one, "
+            "works; to export what is left from here on, pass --since-event-id "
+            f"{floor} (`coordinator-svc audit-exports list` shows what is registered)"
+        )
+    gone = sorted(i for i in event_range.recheck if i <= floor)
+    if gone:
+        shown = ", ".join(str(i) for i in gone[:10]) + (" ..." if len(gone) > 10 else "")
+        raise PrunedRangeError(
+            f"the coordinator pruned events through id {floor} (--event-retention-ms), but this "
+            f"run must look again for ids at or below it ({shown}: missing from an earlier "
+            "run's snapshot), which may be gone: it refuses and writes nothing. An older date "
+            "cannot be re-run once its events are pruned; a new date can start with "
+            f"--since-event-id {event_range.since_event_id}, which exports the events after it "
+            "without looking for those"
+        )
+
+
+def default_export_name(output: str) -> str:
+    """The export's name when `--export-name` is not given: its output location (qualified,
+    without any user or password in it), shortened to EXPORT_NAME_LENGTH with a digest of the
+    whole when longer. Two exports to the same output are one export."""
+    name = re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", output.rstrip("/"))
+    if len(name) <= EXPORT_NAME_LENGTH:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return name[: EXPORT_NAME_LENGTH - len(digest) - 1] + "#" + digest

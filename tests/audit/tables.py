@@ -27,6 +27,7 @@ RAW_TABLES = {
     "group_leases": source.GROUP_LEASES,
     "members": source.MEMBERS,
     "group_configs": source.GROUP_CONFIGS,
+    "group_tombstones": source.GROUP_TOMBSTONES,
 }
 
 
