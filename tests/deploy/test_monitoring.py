@@ -798,6 +798,40 @@ def _alert_tests() -> list[Obj]:
             ],
         },
         {
+            # Event retention: export `nightly` stopped recording runs (its age grows past 36
+            # hours), `hourly` records one every hour; both reported by two replicas.
+            "interval": "1h",
+            "input_series": [
+                *(
+                    _series(
+                        "coordinator_audit_export_registration_age_seconds",
+                        "0+3600x40",
+                        export="nightly",
+                        **pod,
+                    )
+                    for pod in (POD, OTHER)
+                ),
+                _series(
+                    "coordinator_audit_export_registration_age_seconds",
+                    "1800x40",
+                    export="hourly",
+                    **POD,
+                ),
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "35h",
+                    "alertname": "ConnectAuditExportRegistrationStale",
+                    "exp_alerts": [],
+                },
+                {
+                    "eval_time": "37h",
+                    "alertname": "ConnectAuditExportRegistrationStale",
+                    "exp_alerts": [{"exp_labels": {**sev_w, **ns, "export": "nightly"}}],
+                },
+            ],
+        },
+        {
             # The audit export's last success 37 hours ago.
             "interval": "1h",
             "input_series": [
