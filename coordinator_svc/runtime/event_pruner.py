@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from connect_protocol.logs import fields
@@ -172,8 +172,14 @@ class EventPruner:
                 break
             deleted += batch.deleted
             floor = batch.pruned_through_event_id
-            with self._lock:
+            with self._lock:  # the metrics follow every batch, not only each look
                 self._pruned_total += batch.deleted
+                self._stats = replace(
+                    self._stats,
+                    pruned_total=self._pruned_total,
+                    pruned_through_event_id=floor,
+                    holds_lease=True,
+                )
             if batch.deleted < limit:
                 break
             now = time.monotonic()

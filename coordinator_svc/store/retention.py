@@ -240,17 +240,22 @@ class RetentionStore:
             if int(renewed.rowcount) != 1:
                 return None
             lowest = sa.select(_E.id).where(_E.id <= ceiling).order_by(_E.id).limit(limit)
-            deleted = [
-                int(i)
-                for i in conn.execute(
-                    sa.delete(schema.events)
-                    .where(_E.id.in_(lowest), _E.occurred_at < older_than)
-                    .returning(_E.id)
-                ).scalars()
-            ]
-            highest = max(deleted, default=0)
+            delete = (
+                sa.delete(schema.events)
+                .where(_E.id.in_(lowest), _E.occurred_at < older_than)
+                .returning(_E.id)
+            )
+            if self._db.sqlite:  # no DELETE in a WITH: the ids come back
+                ids = [int(i) for i in conn.execute(delete).scalars()]
+                deleted, highest = len(ids), max(ids, default=0)
+            else:  # counted by the database
+                gone = delete.cte("gone")
+                row = conn.execute(
+                    sa.select(sa.func.count(), sa.func.coalesce(sa.func.max(gone.c.id), 0))
+                ).one()
+                deleted, highest = int(row[0]), int(row[1])
             floor = _raise_floor(conn, highest) if deleted else _floor(conn)
-            return PrunedBatch(len(deleted), highest, floor)
+            return PrunedBatch(deleted, highest, floor)
 
         return self._db.retrying(True, batch)
 
