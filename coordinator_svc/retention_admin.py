@@ -148,7 +148,9 @@ def audit_exports_cmd(args: argparse.Namespace) -> int:
             f"({_age(age)} ago), {r.runs} run(s)"
         )
     ceiling = prune_ceiling(registrations, without_export=False)
-    if ceiling is not None and ceiling != NO_ID_BOUND:
+    if ceiling == 0:
+        print("prunable: nothing yet (an export's first run starts at event 0)")
+    elif ceiling is not None and ceiling != NO_ID_BOUND:
         print(f"prunable: events with an id up to {ceiling} that are older than the retention")
     pruned_at = state.pruned_at.isoformat() if state.pruned_at else "never"
     print(f"pruned through event id {state.pruned_through_event_id} (last pruned: {pruned_at})")

@@ -14,6 +14,7 @@ or the coordinator stops. Database failures are logged and the next look tries a
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,11 @@ log = logging.getLogger("coordinator.event_pruner")
 
 #: During a long run of batches, progress is logged at most this often (seconds).
 PROGRESS_LOG_S = 60.0
+#: During a long run of batches, the registrations (and so the ceiling) are read again at least
+#: this often (seconds): a removed export or a new run counts within it. Reading them before
+#: the batches rather than in them is safe: a new run only ever raises an export's ceiling, and
+#: a re-run of an older date reads its pinned snapshot (DESIGN 3.20; README "Event retention").
+CEILING_REFRESH_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +167,11 @@ class EventPruner:
         deleted = 0
         floor = 0
         ceiling: int | None = None
+        read_at = -math.inf
         while not self._stop.is_set():
-            ceiling = self._ceiling(self._store.registrations())
+            if time.monotonic() - read_at >= CEILING_REFRESH_S:
+                ceiling = self._ceiling(self._store.registrations())
+                read_at = time.monotonic()
             if ceiling is None or ceiling <= 0:
                 break
             cutoff = self._now() - timedelta(milliseconds=policy.retention_ms)

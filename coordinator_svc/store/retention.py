@@ -268,12 +268,18 @@ def _floor(conn: Connection) -> int:
 
 
 def _raise_floor(conn: Connection, highest: int) -> int:
-    """Raise `pruned_through_event_id` to `highest` if it is below (it never goes down)."""
+    """Raise `pruned_through_event_id` to `highest` if it is below (it never goes down); the
+    floor after."""
     values: dict[str, Any] = {
         "pruned_through_event_id": sa.case(
             (_R.pruned_through_event_id < highest, highest), else_=_R.pruned_through_event_id
         ),
         "pruned_at": datetime.now(UTC),
     }
-    conn.execute(sa.update(schema.event_pruning).where(_R.id == _ROW).values(**values))
-    return _floor(conn)
+    floor = conn.execute(
+        sa.update(schema.event_pruning)
+        .where(_R.id == _ROW)
+        .values(**values)
+        .returning(_R.pruned_through_event_id)
+    ).scalar_one()
+    return int(floor)
