@@ -153,9 +153,9 @@ def status_rows(db: str) -> dict[tuple[str, int], str]:
     return {(r[0], int(r[1])): str(r[2]) for r in rows}
 
 
-def bench_coordinator(cluster_url: str, name: str) -> tuple[str, CoordinatorProcess]:
+def bench_coordinator(cluster_url: str, name: str, *extra: str) -> tuple[str, CoordinatorProcess]:
     """A fresh database `name` and a `coordinator-svc serve` on it whose sessions and deadlines
-    outlast a run (computations at every bump); its log in bench/results."""
+    outlast a run (computations at every bump), with `extra` flags; its log in bench/results."""
     db = create_database(cluster_url, f"{name}_{int(time.time())}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     proc = CoordinatorProcess(
@@ -168,6 +168,7 @@ def bench_coordinator(cluster_url: str, name: str) -> tuple[str, CoordinatorProc
         str(LONG_MS),
         "--assignment-interval-ms",
         "0",
+        *extra,
         log_path=RESULTS / f"{name.replace('_', '-')}-coordinator.log",
     ).start()
     return db, proc
