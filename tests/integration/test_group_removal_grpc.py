@@ -23,7 +23,10 @@ from tests.support.classic_client import ClassicMember
 from tests.support.client import ScriptedWorker, parse
 from tests.support.coordinator import FAST_DEFAULTS, InProcessCoordinator, Stubs, run_cli
 
-SESSION_S = FAST_DEFAULTS.session_timeout_ms / 1000
+#: Sessions of 1 s (the scripted workers here heartbeat every 200 ms while they wait): the holds
+#: these tests wait out last one session.
+DEFAULTS = dataclasses.replace(FAST_DEFAULTS, session_timeout_ms=1_000)
+SESSION_S = DEFAULTS.session_timeout_ms / 1000
 
 
 def delete(stubs: Stubs, group_id: str = GROUP, with_catalogue: bool = False) -> Any:
@@ -58,7 +61,7 @@ def refused(resp: Any, *words: str) -> None:
 def test_delete_is_refused_while_anything_is_left_then_deletes_everything_but_events(
     database_url: str,
 ) -> None:
-    with InProcessCoordinator(database_url) as coord:
+    with InProcessCoordinator(database_url, defaults=DEFAULTS) as coord:
         assert coord.stubs is not None
         stubs = coord.stubs
         w1, _w2 = formed(stubs)
@@ -112,7 +115,7 @@ def test_delete_is_refused_while_anything_is_left_then_deletes_everything_but_ev
 def test_a_recreated_group_continues_its_epochs_and_its_tokens_rise_above_every_earlier_one(
     database_url: str,
 ) -> None:
-    with InProcessCoordinator(database_url) as coord:
+    with InProcessCoordinator(database_url, defaults=DEFAULTS) as coord:
         assert coord.stubs is not None
         stubs = coord.stubs
         w1, w2 = formed(stubs)
@@ -140,7 +143,7 @@ def test_a_recreated_group_continues_its_epochs_and_its_tokens_rise_above_every_
 def test_deleting_a_group_frees_its_place_under_max_groups_and_the_creators_quota(
     database_url: str,
 ) -> None:
-    defaults = dataclasses.replace(FAST_DEFAULTS, max_groups=1, max_groups_per_principal=1)
+    defaults = dataclasses.replace(DEFAULTS, max_groups=1, max_groups_per_principal=1)
     with InProcessCoordinator(database_url, defaults=defaults) as coord:
         assert coord.stubs is not None
         stubs = coord.stubs
@@ -161,7 +164,7 @@ def test_deleting_a_group_frees_its_place_under_max_groups_and_the_creators_quot
 def test_removing_a_connect_member_holds_its_work_for_a_session_then_places_it(
     database_url: str,
 ) -> None:
-    with InProcessCoordinator(database_url) as coord:
+    with InProcessCoordinator(database_url, defaults=DEFAULTS) as coord:
         assert coord.stubs is not None
         stubs = coord.stubs
         w1, w2 = formed(stubs)
@@ -197,7 +200,7 @@ def test_removing_a_classic_member_holds_its_work_for_its_session_then_places_it
     database_url: str,
 ) -> None:
     defaults = dataclasses.replace(
-        FAST_DEFAULTS,
+        DEFAULTS,
         classic_min_session_timeout_ms=100,
         classic_initial_rebalance_delay_ms=0,
     )
@@ -241,7 +244,7 @@ def test_removing_a_classic_member_holds_its_work_for_its_session_then_places_it
 def test_the_cli_removes_members_and_deletes_groups_saying_what_it_did(
     database_url: str,
 ) -> None:
-    with InProcessCoordinator(database_url) as coord:
+    with InProcessCoordinator(database_url, defaults=DEFAULTS) as coord:
         assert coord.stubs is not None
         stubs = coord.stubs
         w1, _w2 = formed(stubs)
