@@ -287,8 +287,7 @@ class GroupCommit:
                 pending.fail(RequestCancelled("the caller gave up before its request ran."))
                 continue
             try:
-                with continuing(owned.tombstone if owned.state is None else None):
-                    result = pending.handler(owned.state, self.now_ms())
+                result = _run_handler(owned, pending.handler, self.now_ms())
             except Exception as error:  # a handler bug fails its own request only
                 pending.fail(error)
                 continue
@@ -471,6 +470,16 @@ class GroupCommit:
                 log.info(message, extra=fields(**line))
             except Exception:
                 log.exception("could not log event %s", record.event_type)
+
+
+def _run_handler(owned: OwnedGroup, handler: Handler[R], now_ms: int) -> Result[R]:
+    """Run a handler on the group's state. On an absent group that was deleted, a group the
+    handler creates continues the tombstone's counters (`core.change.continuing`); an existing
+    group (the steady case) pays nothing for it."""
+    if owned.state is None and owned.tombstone is not None:
+        with continuing(owned.tombstone):
+            return handler(None, now_ms)
+    return handler(owned.state, now_ms)
 
 
 @dataclass(frozen=True, slots=True)
