@@ -143,45 +143,49 @@ type Worker struct {
 	leaveCh chan struct{}
 	conn    *conn
 
-	phase          phase
-	epoch          int32
-	assigned       Set                // what the coordinator last said we may run
-	running        Set                // what runs now (a resource being stopped still counts)
-	starting       Set                // being started: reported as owned already
-	tokens         map[Resource]int64 // fencing token per resource assigned or running
-	busy           bool               // a start or stop is in progress (one at a time)
-	heartbeating   bool               // a heartbeat (or FindCoordinator) is in flight
-	fullNext       bool               // send every field: on a join and after any error
-	lastReported   string             // the owned list the last answered heartbeat carried
-	hasReported    bool
-	interval       time.Duration // heartbeat_interval_ms of the last answer
-	session        time.Duration // session_timeout_ms of the last answer
-	lastSuccessAt  time.Time     // when the request of the last successful answer was sent
-	nextHeartbeat  time.Time
-	failures       int
-	computing      bool
-	lastInstalled  int32
-	leaveDeadline  time.Time
-	fatalWhy       string
-	revision       int64
-	revisionsSeen  int
-	fetchedRev     int64
-	fetched        bool // fetchedRev is meaningful (a Configs answer since the join)
-	configs        map[string]heldConfig
-	reconfigure    map[string]bool // connectors whose digest changed
-	reconfigureQ   Set             // running resources still to reconfigure, one at a time
-	restartCounts  map[Resource]int64
-	acted          map[Resource]int64
-	applied        map[Resource]pb.TargetState
-	failedStarts   Set
-	fetching       bool
-	fetchNotBefore time.Time
-	callsNotBefore time.Time // THROTTLING_QUOTA_EXCEEDED: both member calls wait
-	statuses       map[Resource]status
-	reported       map[Resource]reportedStatus
-	reporting      bool
-	lastReportAt   time.Time
-	membership     int // counts joins: an answer to a call of an earlier membership is dropped
+	phase        phase
+	epoch        int32
+	assigned     Set                // what the coordinator last said we may run
+	running      Set                // what runs now (a resource being stopped still counts)
+	starting     Set                // being started: reported as owned already
+	tokens       map[Resource]int64 // fencing token per resource assigned or running
+	busy         bool               // a start or stop is in progress (one at a time)
+	heartbeating bool               // a heartbeat (or FindCoordinator) is in flight
+	// The heartbeat in flight: loseMembership abandons it (its answer, stale, is dropped) so
+	// that the rejoin need not wait out its deadline.
+	currentHeartbeat context.Context
+	cancelHeartbeat  context.CancelFunc
+	fullNext         bool   // send every field: on a join and after any error
+	lastReported     string // the owned list the last answered heartbeat carried
+	hasReported      bool
+	interval         time.Duration // heartbeat_interval_ms of the last answer
+	session          time.Duration // session_timeout_ms of the last answer
+	lastSuccessAt    time.Time     // when the request of the last successful answer was sent
+	nextHeartbeat    time.Time
+	failures         int
+	computing        bool
+	lastInstalled    int32
+	leaveDeadline    time.Time
+	fatalWhy         string
+	revision         int64
+	revisionsSeen    int
+	fetchedRev       int64
+	fetched          bool // fetchedRev is meaningful (a Configs answer since the join)
+	configs          map[string]heldConfig
+	reconfigure      map[string]bool // connectors whose digest changed
+	reconfigureQ     Set             // running resources still to reconfigure, one at a time
+	restartCounts    map[Resource]int64
+	acted            map[Resource]int64
+	applied          map[Resource]pb.TargetState
+	failedStarts     Set
+	fetching         bool
+	fetchNotBefore   time.Time
+	callsNotBefore   time.Time // THROTTLING_QUOTA_EXCEEDED: both member calls wait
+	statuses         map[Resource]status
+	reported         map[Resource]reportedStatus
+	reporting        bool
+	lastReportAt     time.Time
+	membership       int // counts joins: an answer to a call of an earlier membership is dropped
 }
 
 // New checks the options and connects (lazily) to the first coordinator.
@@ -788,16 +792,25 @@ func (w *Worker) heartbeat() {
 	client := w.conn.coordinator
 	w.heartbeating = true
 	sentAt := time.Now()
+	ctx, cancel := w.rpcContext()
+	w.cancelHeartbeat = cancel
 	go func() {
-		ctx, cancel := w.rpcContext()
 		resp, err := client.ConnectGroupHeartbeat(ctx, req)
 		cancel()
 		w.post(func() {
 			w.heartbeating = false
+			if ctx != w.heartbeatCtx() {
+				return // abandoned by loseMembership: a stale answer
+			}
+			w.cancelHeartbeat = nil
 			w.onHeartbeat(req, resp, err, sentAt, key, withOwned)
 		})
 	}()
+	w.currentHeartbeat = ctx
 }
+
+// heartbeatCtx is the context of the heartbeat in flight that still counts (nil: none).
+func (w *Worker) heartbeatCtx() context.Context { return w.currentHeartbeat }
 
 func (w *Worker) onHeartbeat(req *pb.ConnectGroupHeartbeatRequest,
 	resp *pb.ConnectGroupHeartbeatResponse, err error, sentAt time.Time, key string, withOwned bool) {
@@ -921,6 +934,10 @@ func (w *Worker) retryLater(why string) {
 
 func (w *Worker) loseMembership(why string) {
 	w.Log("rejoin", fields{"why": why})
+	if w.cancelHeartbeat != nil {
+		w.cancelHeartbeat()
+		w.cancelHeartbeat, w.currentHeartbeat = nil, nil
+	}
 	if w.phase != leaving {
 		w.phase = rejoining
 	}
