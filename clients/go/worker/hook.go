@@ -21,7 +21,9 @@ type ConfigJSON struct {
 }
 
 // Event is what a Listener is handed: the agent's RebalanceEvent.to_json object (DESIGN 2.3).
-// This worker starts and stops one resource at a time, so each event names one resource.
+// This worker starts and stops one resource at a time, so each assigned and revoked event names
+// one resource; a reconfigured, paused, resumed or stopped event names the running resources of
+// one connector.
 type Event struct {
 	Event         string // assigned, revoked, reconfigured, paused, resumed, stopped
 	GroupID       string

@@ -173,7 +173,6 @@ type Worker struct {
 	fetched          bool // fetchedRev is meaningful (a Configs answer since the join)
 	configs          map[string]heldConfig
 	reconfigure      map[string]bool // connectors whose digest changed
-	reconfigureQ     Set             // running resources still to reconfigure, one at a time
 	restartCounts    map[Resource]int64
 	acted            map[Resource]int64
 	applied          map[Resource]pb.TargetState
@@ -229,7 +228,6 @@ func New(o Options) (*Worker, error) {
 		lastInstalled: -1,
 		configs:       map[string]heldConfig{},
 		reconfigure:   map[string]bool{},
-		reconfigureQ:  Set{},
 		restartCounts: map[Resource]int64{},
 		acted:         map[Resource]int64{},
 		applied:       map[Resource]pb.TargetState{},
@@ -373,25 +371,29 @@ func (w *Worker) reconcile() {
 		w.startWork(first(toStart))
 		return
 	}
-	if len(w.reconfigure) > 0 {
+	// A connector whose digest changed: one reconfigured call for its running resources.
+	for len(w.reconfigure) > 0 {
+		names := make([]string, 0, len(w.reconfigure))
+		for name := range w.reconfigure {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		name := names[0]
+		delete(w.reconfigure, name)
+		resources := Set{}
 		for r := range w.running {
-			if w.reconfigure[r.Connector] && !w.failedStarts.Has(r) {
-				w.reconfigureQ.Add(r)
+			if r.Connector == name && !w.failedStarts.Has(r) {
+				resources.Add(r)
 			}
 		}
-		w.reconfigure = map[string]bool{}
-	}
-	for len(w.reconfigureQ) > 0 {
-		r := first(w.reconfigureQ)
-		delete(w.reconfigureQ, r)
-		if _, ok := w.configs[r.Connector]; ok && w.running.Has(r) && !w.failedStarts.Has(r) {
-			w.reconfigureWork(r)
+		if _, ok := w.configs[name]; ok && len(resources) > 0 {
+			w.reconfigureWork(resources)
 			return
 		}
 	}
 	if w.fetched && w.fetchedRev == w.revision && w.revision > 0 {
-		if r, target, ok := w.targetChange(); ok {
-			w.targetWork(r, target)
+		if resources, target := w.targetChange(); len(resources) > 0 {
+			w.targetWork(resources, target)
 		} else if restarts := w.dueRestarts(); len(restarts) > 0 {
 			w.restartWork(first(restarts))
 		}
@@ -409,9 +411,12 @@ func (w *Worker) dueRestarts() Set {
 	return out
 }
 
-// targetChange: a running resource (whose start did not fail) whose connector's target state
-// differs from the one applied; STOPPED names connectors only (its tasks are revoked).
-func (w *Worker) targetChange() (Resource, pb.TargetState, bool) {
+// targetChange: the running resources (whose start did not fail) of the first connector whose
+// target state differs from the one applied to them, and that target state; STOPPED names the
+// connector only (its tasks are revoked).
+func (w *Worker) targetChange() (Set, pb.TargetState) {
+	out := Set{}
+	var target pb.TargetState
 	for _, r := range w.running.Sorted() {
 		held, ok := w.configs[r.Connector]
 		before, applied := w.applied[r]
@@ -421,9 +426,14 @@ func (w *Worker) targetChange() (Resource, pb.TargetState, bool) {
 		if held.targetState == pb.TargetState_TARGET_STOPPED && r.IsTask() {
 			continue
 		}
-		return r, held.targetState, true
+		if len(out) == 0 {
+			target = held.targetState
+		} else if first(out).Connector != r.Connector {
+			break
+		}
+		out.Add(r)
 	}
-	return Resource{}, 0, false
+	return out, target
 }
 
 // stateFor is what a started resource reports, by its connector's target state.
@@ -587,7 +597,6 @@ func (w *Worker) released(resources Set, what fields) {
 		delete(w.acted, r)
 		delete(w.applied, r)
 		delete(w.failedStarts, r)
-		delete(w.reconfigureQ, r)
 	}
 	w.Log("stop", what)
 	keep := w.assigned.Union(w.running)
@@ -625,19 +634,24 @@ func (w *Worker) startWork(r Resource) {
 	}()
 }
 
-// reconfigureWork: a running resource whose connector's config digest changed.
-func (w *Worker) reconfigureWork(r Resource) {
+// reconfigureWork: the running resources of a connector whose config digest changed, in one
+// call.
+func (w *Worker) reconfigureWork(resources Set) {
 	w.busy = true
-	one := NewSet(r)
-	w.Log("reconfigured", w.described(one, fields{"member_epoch": w.epoch,
-		"config_digests": w.digestsOf(one)}))
-	e := w.event("reconfigured", one, "")
+	w.Log("reconfigured", w.described(resources, fields{"member_epoch": w.epoch,
+		"config_digests": w.digestsOf(resources)}))
+	e := w.event("reconfigured", resources, "")
 	go func() {
 		err := w.call(e)
 		w.post(func() {
-			if w.running.Has(r) {
+			if err != nil {
+				w.Log("error", fields{"what": "reconfigure", "error": err.Error()})
+			}
+			for r := range resources {
+				if !w.running.Has(r) {
+					continue
+				}
 				if err != nil {
-					w.Log("error", fields{"what": "reconfigure", "error": err.Error()})
 					w.statuses[r] = status{pb.ResourceState_FAILED, traceOf(err)}
 				} else {
 					w.statuses[r] = status{stateFor(r, w.targetOf(r)), ""}
@@ -654,21 +668,22 @@ var targetEvents = map[pb.TargetState]string{
 	pb.TargetState_TARGET_STOPPED: "stopped",
 }
 
-// targetWork: r's connector's target state changed (paused, resumed, stopped); retried until
-// the hook succeeds, then reported.
-func (w *Worker) targetWork(r Resource, target pb.TargetState) {
+// targetWork: a connector's target state changed (paused, resumed, stopped): one call for its
+// running resources, retried until the hook succeeds, then reported.
+func (w *Worker) targetWork(resources Set, target pb.TargetState) {
 	w.busy = true
-	one := NewSet(r)
 	kind := targetEvents[target]
-	w.Log("target_state", w.described(one, fields{"member_epoch": w.epoch,
+	w.Log("target_state", w.described(resources, fields{"member_epoch": w.epoch,
 		"target_state": targetNames[target], "event": kind}))
-	e := w.event(kind, one, "")
+	e := w.event(kind, resources, "")
 	go func() {
 		w.retry(e, "target_state")
 		w.post(func() {
-			if w.running.Has(r) {
-				w.applied[r] = target
-				w.statuses[r] = status{stateFor(r, target), ""}
+			for r := range resources {
+				if w.running.Has(r) {
+					w.applied[r] = target
+					w.statuses[r] = status{stateFor(r, target), ""}
+				}
 			}
 			w.busy = false
 		})
@@ -948,7 +963,6 @@ func (w *Worker) loseMembership(why string) {
 	w.configs = map[string]heldConfig{}
 	w.restartCounts = map[Resource]int64{}
 	w.reconfigure = map[string]bool{}
-	w.reconfigureQ = Set{}
 	w.reported = map[Resource]reportedStatus{} // a new membership: new grants, new tokens
 	w.fullNext = true
 	w.lastSuccessAt = time.Time{}
