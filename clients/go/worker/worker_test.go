@@ -236,3 +236,24 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestTargetChangeIsOneConnectorAtATime(t *testing.T) {
+	w := newTestWorker(t)
+	w.running = NewSet(ConnectorResource("A"), TaskResource("A", 0), ConnectorResource("B"))
+	for r := range w.running {
+		w.applied[r] = pb.TargetState_TARGET_STARTED
+	}
+	w.configs["A"] = heldConfig{"d", map[string]string{}, pb.TargetState_TARGET_PAUSED}
+	w.configs["B"] = heldConfig{"d", map[string]string{}, pb.TargetState_TARGET_PAUSED}
+	got, target := w.targetChange()
+	if target != pb.TargetState_TARGET_PAUSED ||
+		!reflect.DeepEqual(got, NewSet(ConnectorResource("A"), TaskResource("A", 0))) {
+		t.Fatalf("got %v %v", got.Sorted(), target)
+	}
+	w.configs["A"] = heldConfig{"d", map[string]string{}, pb.TargetState_TARGET_STOPPED}
+	w.configs["B"] = heldConfig{"d", map[string]string{}, pb.TargetState_TARGET_STARTED}
+	got, target = w.targetChange()
+	if target != pb.TargetState_TARGET_STOPPED || !reflect.DeepEqual(got, NewSet(ConnectorResource("A"))) {
+		t.Fatalf("STOPPED names the connector only: got %v %v", got.Sorted(), target)
+	}
+}
