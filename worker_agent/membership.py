@@ -433,16 +433,22 @@ class Membership:
     def _tokens_of(self, resources: ResourceSet) -> FencingTokens:
         return self.tokens.restricted(resources) if self.tokens else NO_TOKENS
 
+    def _held(self) -> ResourceSet:
+        """What runs or is being started: a resource being started runs under its token as
+        soon as its start returns, even if an answer revoked it meanwhile."""
+        starting = self._starting.resources if self._starting is not None else EMPTY
+        return self.running | starting
+
     def _trim_tokens(self) -> None:
-        """Forget the tokens of resources neither assigned nor running."""
+        """Forget the tokens of resources neither assigned nor running (nor being started)."""
         if self.tokens:
-            self.tokens = self.tokens.restricted(self.assigned | self.running)
+            self.tokens = self.tokens.restricted(self.assigned | self._held())
 
     def _take_tokens(self, assignment: ResourceSet, sent: FencingTokens) -> None:
         """A new assignment: its tokens; for resources it keeps but carries no token for, the
         token known; for resources still running outside it (being revoked), the token they ran
-        under."""
-        kept = self.tokens.restricted(assignment | self.running) if self.tokens else NO_TOKENS
+        under (those being started included: they are stopped under it once started)."""
+        kept = self.tokens.restricted(assignment | self._held()) if self.tokens else NO_TOKENS
         if not sent:
             self.tokens = kept
             return

@@ -394,6 +394,24 @@ def test_stop_work_carries_the_tokens_they_ran_under_and_they_are_forgotten_once
     assert d.m.tokens == tokens(A=7)
 
 
+def test_a_resource_revoked_while_it_starts_is_stopped_under_its_token() -> None:
+    """Found by the conformance suite (tests/clients/conformance): an answer that revokes B
+    while B is still being started used to drop B's token (B was not yet running), so the
+    `revoked` event that stopped B right after its start carried no token."""
+    d = Driver.new()
+    d.poll(0)
+    d.answer(with_tokens(1, rs("A", "B"), tokens(A=7, B=9)))
+    assert of_type(d.poll(), StartWork) == [StartWork(rs("A", "B"), 1, tokens(A=7, B=9))]
+    only_heartbeat(d.poll(INTERVAL))  # the next heartbeat, while A and B still start
+    d.answer(with_tokens(2, rs("A"), tokens(A=7)))  # B revoked meanwhile
+    assert d.m.tokens == tokens(A=7, B=9)
+    d.started()
+    stop = of_type(d.poll(), StopWork)[0]
+    assert stop == StopWork(rs("B"), 2, "revoked", tokens(B=9))
+    d.stopped()
+    assert d.m.tokens == tokens(A=7)
+
+
 # --- the random state machine, with partial releases ---------------------------------------------
 
 
