@@ -39,6 +39,7 @@ const { parseArgs } = require('util');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const { assign } = require('./assignor');
+const { hookCallbacks } = require('./exec_hook');
 
 const DEFAULT_PROTOS = path.resolve(__dirname, '..', '..', 'protos');
 const DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -223,9 +224,13 @@ class Worker {
    *   target_state: "PAUSED" | "STARTED" | "STOPPED", event: "paused" | "resumed" | "stopped"});
    *   reported PAUSED, RUNNING or STOPPED once it resolves
    * @param {(r: object) => Promise<void> | void} [o.onReconfigure] running resources whose
-   *   connector's config changed ({connectors, tasks, fencing_tokens, configs, target_states},
-   *   `connectors` naming the reconfigured connectors); throwing reports them FAILED
+   *   connector's config changed ({connectors, tasks, fencing_tokens, configs, target_states,
+   *   resources}, `connectors` naming the reconfigured connectors, `resources` ({connectors,
+   *   tasks}) exactly the running resources reconfigured); throwing reports them FAILED
    * @param {(line: object) => void} [o.log] one JSON object per call (default: stdout)
+   * @param {number} [o.retryInitialMs] a failing onStop / onTargetState is retried after this
+   *   long (default 200), doubling up to
+   * @param {number} [o.retryMaxMs] (default 5000)
    */
   constructor(o) {
     this.o = {
@@ -233,6 +238,8 @@ class Worker {
       rpcTimeoutMs: 5000,
       maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES,
       protoRoot: DEFAULT_PROTOS,
+      retryInitialMs: 200,
+      retryMaxMs: 5000,
       ...o,
     };
     this.services = loadServices(this.o.protoRoot);
@@ -629,7 +636,10 @@ class Worker {
         config_digests: this.digestsOf(resources),
       });
       try {
-        await this.onReconfigure({ ...what, connectors, ...this.configsOf(resources) });
+        // `connectors` names the reconfigured connectors (held or not: a worker may run only
+        // tasks of one); `resources` exactly the running resources reconfigured.
+        const given = { ...what, connectors, resources: toCat(resources) };
+        await this.onReconfigure({ ...given, ...this.configsOf(resources) });
         this.setStatus(resources, 'RUNNING', '');
       } catch (err) {
         this.log('error', { what: 'reconfigure', error: String(err) });
@@ -659,7 +669,8 @@ class Worker {
       } catch (err) {
         this.log('error', { what, attempt, error: String(err) });
         onError(err);
-        await new Promise((r) => setTimeout(r, Math.min(5000, 100 * 2 ** attempt)));
+        const backoff = this.o.retryInitialMs * 2 ** (attempt - 1);
+        await new Promise((r) => setTimeout(r, Math.min(this.o.retryMaxMs, backoff)));
       }
     }
   }
@@ -1099,6 +1110,8 @@ function main(argv) {
         default: env.CONNECT_GROUP_MAX_MESSAGE_BYTES || String(DEFAULT_MAX_MESSAGE_BYTES),
       },
       protos: { type: 'string', default: DEFAULT_PROTOS },
+      'exec-hook': { type: 'string', default: env.CONNECT_GROUP_EXEC_HOOK || undefined },
+      'hook-timeout-s': { type: 'string', default: '30' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -1107,11 +1120,30 @@ function main(argv) {
       'usage: node worker.js [--coordinator HOST:PORT[,HOST:PORT...]] [--group ID] ' +
         '[--member-id ID] [--instance-id ID] [--url URL] [--rebalance-timeout-ms MS] ' +
         '[--rpc-timeout-ms MS] [--max-message-bytes N] [--protos DIR] [--tls-ca FILE] ' +
-        '[--tls-cert FILE --tls-key FILE] [--tls-server-name NAME] [--allow-plaintext]\n',
+        '[--tls-cert FILE --tls-key FILE] [--tls-server-name NAME] [--allow-plaintext] ' +
+        '[--exec-hook CMD] [--hook-timeout-s S]\n',
     );
     return;
   }
-  const worker = new Worker({
+  // The exec hook (exec_hook.js): the callbacks read the worker's epoch at each call.
+  let worker = null;
+  let callbacks = {};
+  if (values['exec-hook']) {
+    const who = () => ({ groupId: values.group, memberId: values['member-id'], memberEpoch: worker.epoch });
+    try {
+      callbacks = hookCallbacks(values['exec-hook'], Number(values['hook-timeout-s']), who, (e, f) =>
+        worker.log(e, f),
+      );
+    } catch (err) {
+      process.stderr.write(`worker.js: ${err.message}\n`);
+      process.exit(2);
+    }
+    // As the agent: a failing revoked (or target-state) call is retried 1 s doubling to 30 s.
+    callbacks.retryInitialMs = 1000;
+    callbacks.retryMaxMs = 30000;
+  }
+  worker = new Worker({
+    ...callbacks,
     coordinators: values.coordinator.split(',').map((a) => a.trim()).filter(Boolean),
     groupId: values.group,
     memberId: values['member-id'],
