@@ -2,7 +2,10 @@
 on a real coordinator (`coordinator-svc serve` on PostgreSQL, scaled-down timeouts).
 
 Intervals during which a resource may have run come from the Node client's start/stop lines and
-from the Python agents' exec-hook records; no two may intersect."""
+from the Python agents' exec-hook records; no two may intersect. A mixed group joining, sharing
+and handing over its work is a conformance scenario (tests/clients/conformance); what stays here
+is the Node worker's own: rejoining after being fenced, UNSUPPORTED_ASSIGNOR, and a regression
+test of the Python agent."""
 
 from __future__ import annotations
 
@@ -25,8 +28,6 @@ from tests.clients.workers import (
 )
 from tests.support.client import describe, from_cat
 from tests.support.coordinator import CoordinatorProcess, Stubs
-
-CATALOGUE = {"A": 2, "B": 2, "C": 2}  # 3 connectors, 6 tasks
 
 
 def put_catalogue(stubs: Stubs, group: str, catalogue: dict[str, int]) -> None:
@@ -107,72 +108,6 @@ def wait_settled(
     return wait_for(
         what, lambda: settled(stubs, group_id, workers), timeout_s=25, diagnostics=diagnostics
     )
-
-
-def counts(share: set[Resource]) -> tuple[int, int]:
-    """(connectors, tasks) in a share."""
-    connectors = sum(1 for r in share if len(r) == 1)
-    return connectors, len(share) - connectors
-
-
-def test_node_and_python_workers_share_a_group_and_nothing_runs_twice(
-    node_client: NodeClient,
-    coordinator: CoordinatorProcess,
-    stubs: Stubs,
-    group: str,
-    tmp_path: Path,
-) -> None:
-    # Session timeout 6 s rather than the suite's 3 s: headroom for three processes starting on
-    # two cores (and for Python agents without the fix that the last test of this module pins).
-    alter_configs(stubs, group, session_timeout_ms=6000, heartbeat_interval_ms=200)
-    put_catalogue(stubs, group, CATALOGUE)
-    address = coordinator.address
-    node = NodeWorker(node_client.node, address, group, "node-1", tmp_path).start()
-    py1 = PythonAgent(address, group, "py-1", tmp_path)
-    py2 = PythonAgent(address, group, "py-2", tmp_path)
-    everyone: list[Worker] = [node, py1, py2]
-    try:
-        # 1. Alone, the Node worker is chosen to compute (COMPUTE_ASSIGNMENT) and runs it all.
-        shares = wait_settled(stubs, group, [node], "the Node worker alone to run everything")
-        assert shares["node-1"] == catalogue_resources(CATALOGUE)
-        assert describe(stubs, group).assignor_member_id == "node-1"
-        assert any(c["outcome"] == "installed" for c in node.events("compute")), node.log_text()
-
-        # 2. A Python agent joins: it computes (its [1-2] covers the Node's [1-1]); the Node
-        # worker stops part of its work, acknowledges, and the agent then starts it.
-        py1.start()
-        shares = wait_settled(stubs, group, [node, py1], "the Node worker to share with py-1")
-        assert describe(stubs, group).assignor_member_id == "py-1"
-        assert sorted([counts(shares["node-1"]), counts(shares["py-1"])]) == [(1, 3), (2, 3)]
-        revoked = [s for s in node.events("stop") if s["reason"] == "revoked"]
-        assert revoked, node.log_text()
-
-        # 3. A second Python agent joins: the Node worker gives up more (1 connector, 2 tasks).
-        before = len(revoked)
-        py2.start()
-        shares = wait_settled(stubs, group, [node, py1, py2], "three workers to share the group")
-        assert {m: counts(s) for m, s in shares.items()} == {
-            "node-1": (1, 2),
-            "py-1": (1, 2),
-            "py-2": (1, 2),
-        }
-        assert len([s for s in node.events("stop") if s["reason"] == "revoked"]) > before
-
-        # 4. SIGTERM: the Node worker stops everything, leaves (-1), and the agents take over.
-        assert node.terminate() == 0, node.log_text()
-        left = node.events("left")
-        assert left and left[-1]["member_epoch"] == -1 and left[-1]["error_code"] == "NONE"
-        assert node.running() == set()
-        wait_settled(stubs, group, [py1, py2], "the Python agents to take the Node worker's share")
-        for agent in (py1, py2):
-            assert agent.terminate() == 0, agent.log_text()
-    finally:
-        for worker in everyone:
-            worker.kill()
-    assert overlaps(everyone) == []
-    ran = {i.resource for w in everyone for i in w.intervals()}
-    assert ran == catalogue_resources(CATALOGUE)
-    assert all(i.end != float("inf") for w in everyone for i in w.intervals())
 
 
 def test_node_worker_rejoins_at_epoch_zero_after_being_fenced(

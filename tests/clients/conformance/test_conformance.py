@@ -114,6 +114,7 @@ def test_revoke_before_assign_nothing_on_two_workers(
     w = [make_client(client_kind, f"w{i}", sleep_revoked_s=SLOW_STOP_S) for i in (1, 2, 3)]
     w[0].start()
     wait_settled(stubs, group, w[:1], "w1 alone")
+    assert describe(stubs, group).assignor_member_id == "w1"  # alone, it computes
     w[1].start()
     wait_settled(stubs, group, w[:2], "w1 and w2")
     w[2].start()
