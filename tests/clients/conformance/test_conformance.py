@@ -279,19 +279,21 @@ def test_config_change_reaches_exactly_the_holders(
     client_kind: str, make_client: MakeClient, stubs: Stubs, group: str
 ) -> None:
     """Every `assigned` call carries exactly the configs (values and digest) of its resources'
-    connectors; a change of A's config reaches each holder of A or of one of its tasks as one
-    `reconfigured` call naming exactly the resources of A it runs, with the new values; nobody
-    else's hook is called. Catches a client that misses a change, tells a non-holder, or names
-    resources it does not run."""
+    connectors. A has 4 tasks, B none: of two clients one holds A, the other B and two of A's
+    tasks. A change of A's config reaches both, each as one `reconfigured` call naming exactly
+    the resources of A it runs (the B holder: two tasks, not A), with the new values; a change
+    of B's reaches B's holder only. No value is ever in a client's log. Catches a client that
+    misses a change, tells a non-holder, or names resources it does not run."""
     config = {name: {"topic": name.lower(), "password": f"{name}-first-1"} for name in "AB"}
-    put(stubs, group, "A", 2, config["A"])
-    put(stubs, group, "B", 2, config["B"])
-    w1, w2 = make_client(client_kind, "w1"), make_client(client_kind, "w2")
-    w1.start()
-    w2.start()
-    shares = wait_settled(stubs, group, [w1, w2], "w1 and w2")
+    put(stubs, group, "A", 4, config["A"])
+    put(stubs, group, "B", 0, config["B"])
+    clients = [make_client(client_kind, "w1"), make_client(client_kind, "w2")]
+    for client in clients:
+        client.start()
+    shares = wait_settled(stubs, group, clients, "w1 and w2")
+    assert sorted(counts(s) for s in shares.values()) == [(1, 2), (1, 2)], shares
     digests: dict[str, str] = {}
-    for client in (w1, w2):
+    for client in clients:
         for r in client.records():
             if r["event"] != "assigned":
                 continue
@@ -301,37 +303,43 @@ def test_config_change_reaches_exactly_the_holders(
                 assert held["config"] == config[name], r
                 assert digests.setdefault(name, held["digest"]) == held["digest"]
             assert r["target_states"] == dict.fromkeys(named, "STARTED"), r
-    holders = {c for c in (w1, w2) if any(x[0] == "A" for x in shares[c.member_id])}
-    t_put = time.time()
-    rotated = {"topic": "a", "password": "A-rotated-2"}
-    put(stubs, group, "A", 2, rotated)
-    wait_for(
-        "A's new config at its holders",
-        lambda: all(after(c, t_put, "reconfigured") for c in holders),
-        timeout_s=5,
-        diagnostics=lambda: diagnostics(stubs, group, [w1, w2]),
-    )
-    time.sleep(4 * INTERVAL_S)  # anyone else would have been told by now
-    for client in (w1, w2):
-        calls = after(client, t_put)
-        if client not in holders:
-            assert calls == [], (client, calls)
-            continue
-        (call,) = calls
-        assert call["event"] == "reconfigured"
-        assert resources_of(call) == {x for x in shares[client.member_id] if x[0] == "A"}
-        assert set(call["configs"]) == {"A"}
-        assert call["configs"]["A"]["config"] == rotated
-        assert call["configs"]["A"]["digest"] != digests["A"]
-        assert call["t_start"] - t_put < 2 * INTERVAL_S + 1.0, (call, t_put)
-    for client in (w1, w2):
+
+    def change(name: str, tasks: int, values: dict[str, str]) -> None:
+        holders = {c for c in clients if any(x[0] == name for x in shares[c.member_id])}
+        t_put = time.time()
+        put(stubs, group, name, tasks, values)
+        wait_for(
+            f"{name}'s new config at its holders",
+            lambda: all(after(c, t_put, "reconfigured") for c in holders),
+            timeout_s=5,
+            diagnostics=lambda: diagnostics(stubs, group, clients),
+        )
+        time.sleep(4 * INTERVAL_S)  # anyone else would have been told by now
+        for client in clients:
+            calls = after(client, t_put)
+            if client not in holders:
+                assert calls == [], (client, calls)
+                continue
+            (call,) = calls
+            assert call["event"] == "reconfigured"
+            assert resources_of(call) == {x for x in shares[client.member_id] if x[0] == name}
+            assert set(call["configs"]) == {name}
+            assert call["configs"][name]["config"] == values
+            assert call["configs"][name]["digest"] != digests[name]
+            assert call["target_states"] == {name: "STARTED"}
+            assert call["t_start"] - t_put < 2 * INTERVAL_S + 1.0, (call, t_put)
+
+    rotated = {name: {"topic": name.lower(), "password": f"{name}-rotated-2"} for name in "AB"}
+    change("A", 4, rotated["A"])  # both hold something of A
+    change("B", 0, rotated["B"])  # one holds B
+    for client in clients:
         assert client.terminate() == 0
     # Values reach the hook only: a log line carries digests, never a value.
-    secrets = [config["A"]["password"], config["B"]["password"], rotated["password"]]
-    for client in (w1, w2):
+    secrets = [c["password"] for c in (*config.values(), *rotated.values())]
+    for client in clients:
         log = client.log_text()
         assert not [v for v in secrets if v in log], (client, log[-2000:])
-    assert_clean([w1, w2], group)
+    assert_clean(clients, group)
 
 
 # --- a failed start ---------------------------------------------------------------------------
