@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.clients.conformance.conftest import MakeClient, Mtls
 from tests.clients.conformance.drivers import Client, Resource, TlsFiles, overlaps
 from tests.clients.conformance.support import (
     alter_configs,
+    as_resources,
     check_records,
     counts,
     describe,
@@ -187,43 +189,78 @@ def test_lost_answer_is_repaired_by_the_next_heartbeat(
     group: str,
     coordinator: CoordinatorProcess,
 ) -> None:
-    """The proxy throws the coordinator's answers to w1 away while A's config changes (the
-    answer carrying the raised lifecycle revision is lost, and so is the next); once answers
-    flow again the client learns of the change and reconfigures A, without having lost its
-    membership (nothing stopped). Catches a client that takes a change as seen when it sent a
-    request rather than when an answer came back."""
-    put(stubs, group, "A", 1, {"topic": "a", "password": "first-0001"})
+    """w0 (direct, the member that computes) and w1 (through a proxy) share A. The proxy throws
+    the coordinator's answers to w1 away while A's config changes (the answer carrying the
+    raised lifecycle revision is lost, and so is the next); once answers flow again w1 learns
+    of the change and reconfigures its share of A. Then the same while B is put: the answer
+    granting w1 its share of B is lost (the coordinator says it told w1, w1 runs none of it),
+    and a later heartbeat gets it again. w1 never loses its membership (nothing stops).
+    Catches a client that takes a change as seen when it sent a request rather than when an
+    answer came back, or that does not send its full state after a failed call."""
+    put(stubs, group, "A", 2, {"topic": "a", "password": "first-0001"})
     with TcpProxy(coordinator.address) as proxy:
+        w0 = make_client(client_kind, "w0")
         w1 = make_client(client_kind, "w1", coordinator_address=proxy.address)
+        w0.start()
+        wait_settled(stubs, group, [w0], "w0 alone")
         w1.start(rpc_timeout_ms=300)
-        wait_settled(stubs, group, [w1], "w1 alone")
-        (assigned,) = w1.records()
-        epoch = assigned["member_epoch"]
-        t_drop = time.time()
-        before = proxy.dropped_bytes
-        proxy.cut("drop")
-        put(stubs, group, "A", 1, {"topic": "a", "password": "dropped-0002"})
-        wait_for("an answer to w1 dropped", lambda: proxy.dropped_bytes > before, timeout_s=3)
-        # The outage lasts 0.5 s: the next heartbeat (after the call deadline) is lost too.
-        time.sleep(max(0.0, t_drop + 0.5 - time.time()))
-        proxy.restore()
+        shares = wait_settled(stubs, group, [w0, w1], "w0 and w1")
+        assert describe(stubs, group).assignor_member_id == "w0"
+        assert shares["w1"], shares  # balance: one of A's tasks at least
+        epoch = next(m.member_epoch for m in describe(stubs, group).members if m.member_id == "w1")
+
+        def drop_while(change: Callable[[], None], lost: Callable[[], object]) -> float:
+            """Drop w1's answers while `change` happens, until `lost` says the answer that
+            mattered went, and for at least 0.5 s (the next heartbeat, after its 0.3 s
+            deadline, is lost too); return when answers flow again."""
+            t_drop = time.time()
+            before = proxy.dropped_bytes
+            proxy.cut("drop")
+            change()
+            wait_for("an answer to w1 dropped", lambda: proxy.dropped_bytes > before, timeout_s=3)
+            wait_for("the answer that matters to be lost", lost, timeout_s=3)
+            time.sleep(max(0.0, t_drop + 0.5 - time.time()))
+            proxy.restore()
+            return t_drop
+
+        new_config = {"topic": "a", "password": "dropped-0002"}
+        t_drop = drop_while(lambda: put(stubs, group, "A", 2, new_config), lambda: True)
         t_restore = time.time()
         repaired = wait_for(
             "w1 reconfigured after the drop",
             lambda: [
                 r
                 for r in after(w1, t_drop, "reconfigured")
-                if r["configs"]["A"]["config"]["password"] == "dropped-0002"
+                if r["configs"]["A"]["config"] == new_config
             ],
             timeout_s=10,
             diagnostics=w1.log_text,
         )
+        assert resources_of(repaired[0]) == shares["w1"]
         assert repaired[0]["t_start"] - t_restore < 2.0, (repaired, t_restore)
-        assert after(w1, t_drop, "revoked") == [], "w1 lost its membership"
-        assert after(w1, t_drop, "assigned") == []
         assert {r["member_epoch"] for r in repaired} == {epoch}
-        assert w1.terminate() == 0
-    assert_clean([w1], group)
+        assert after(w1, t_drop, "revoked") == after(w1, t_drop, "assigned") == []
+
+        def told_w1() -> set[Resource]:
+            (member,) = [m for m in describe(stubs, group).members if m.member_id == "w1"]
+            return as_resources(member.current_assignment) - shares["w1"]
+
+        t_drop = drop_while(
+            lambda: put(stubs, group, "B", 1),
+            lambda: told_w1() and not (w1.running() & told_w1()),
+        )
+        t_restore = time.time()
+        gained = told_w1()
+        assert gained and {x[0] for x in gained} == {"B"}, gained  # balance: B at least
+        after_drop = wait_settled(stubs, group, [w0, w1], "w1 to run its share of B", 10)
+        assert after_drop["w1"] == shares["w1"] | gained
+        granted = after(w1, t_drop, "assigned")
+        assert union(granted) == gained, granted
+        assert granted[0]["t_start"] - t_restore < 2.0, (granted, t_restore)
+        assert after(w1, t_drop, "revoked") == [], "w1 lost its membership"
+        for client in (w1, w0):
+            assert client.terminate() == 0
+    assert_clean([w0, w1], group)
 
 
 # --- fencing tokens ---------------------------------------------------------------------------
