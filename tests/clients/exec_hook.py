@@ -1,7 +1,7 @@
 """The exec hook the tests in this package give every client's `--exec-hook` (the Python agent's
 `worker-agent run`, the Node worker, the Go worker: one JSON contract, DESIGN 2.3).
 
-    python -S exec_hook.py OUT.jsonl [--fail-file FILE] [--sleep-revoked S]
+    python -S exec_hook.py OUT.jsonl [--fail-file FILE] [--sleep-revoked S] [--hang-file FILE]
 
 Reads the event (one JSON object on standard input) and appends one line to OUT.jsonl:
 `{"worker", "event", "member_epoch", "connectors", "tasks", "t_start", "t_end",
@@ -16,6 +16,9 @@ what the client put in the hook's environment: `WORKER_AGENT_EVENT`, `_GROUP_ID`
 writes `cannot start <resources>: <FILE's first line>` to standard error and exits 1.
 `--sleep-revoked S`: a `revoked` call sleeps S seconds before it records (a slow stop), so a
 client that acknowledges a revocation before its hook returned shows as an overlap.
+`--hang-file FILE`: while FILE exists, an `assigned` call starts a child (`sleep 60`, in the
+hook's process group), appends "HOOK_PID CHILD_PID" to FILE.pids and sleeps 60 s without
+recording: only a client that kills the hook's process group at its timeout ends both.
 
 One `os.write` on an O_APPEND descriptor, so a line is never torn. Standard library only.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -39,7 +43,7 @@ def _options(argv: list[str]) -> dict[str, str] | None:
     out: dict[str, str] = {}
     rest = argv[2:]
     while rest:
-        if len(rest) < 2 or rest[0] not in ("--fail-file", "--sleep-revoked"):
+        if len(rest) < 2 or rest[0] not in ("--fail-file", "--sleep-revoked", "--hang-file"):
             return None
         out[rest[0]] = rest[1]
         rest = rest[2:]
@@ -50,10 +54,20 @@ def main(argv: list[str]) -> int:
     t_start = time.time()
     options = _options(argv) if len(argv) >= 2 else None
     if options is None:
-        print("usage: exec_hook.py OUT.jsonl [--fail-file F] [--sleep-revoked S]", file=sys.stderr)
+        print(
+            "usage: exec_hook.py OUT.jsonl [--fail-file F] [--sleep-revoked S] [--hang-file F]",
+            file=sys.stderr,
+        )
         return 2
     event = json.loads(sys.stdin.read())
     kind = event["event"]
+    hang = options.get("--hang-file")
+    if kind == "assigned" and hang is not None and os.path.exists(hang):
+        child = subprocess.Popen(["sleep", "60"])
+        with open(hang + ".pids", "a") as f:
+            f.write(f"{os.getpid()} {child.pid}\n")
+        time.sleep(60)
+        return 1
     fail_file = options.get("--fail-file")
     failing = kind == "assigned" and fail_file is not None and os.path.exists(fail_file)
     if failing:

@@ -86,6 +86,7 @@ class Client(Protocol):
         extra: Sequence[str] = (),
         member_id: str | None = None,
         rpc_timeout_ms: int | None = None,
+        hook_timeout_s: float | None = None,
     ) -> None: ...
     def terminate(self, timeout_s: float = 20.0) -> int: ...
     def kill(self) -> None: ...
@@ -112,6 +113,7 @@ class _HookClient:
         *,
         fail_file: Path | None = None,
         sleep_revoked_s: float | None = None,
+        hang_file: Path | None = None,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.coordinator = coordinator
@@ -121,6 +123,7 @@ class _HookClient:
         self.hook_path = directory / f"{member_id}.hook.jsonl"
         self.fail_file = fail_file
         self.sleep_revoked_s = sleep_revoked_s
+        self.hang_file = hang_file
         self.proc: subprocess.Popen[bytes] | None = None
         #: When each earlier process of this client was SIGKILLed: what it ran stops counting
         #: then (its hooks were never told).
@@ -144,6 +147,8 @@ class _HookClient:
             words += ["--fail-file", str(self.fail_file)]
         if self.sleep_revoked_s is not None:
             words += ["--sleep-revoked", str(self.sleep_revoked_s)]
+        if self.hang_file is not None:
+            words += ["--hang-file", str(self.hang_file)]
         return shlex.join(words)
 
     def start(
@@ -155,6 +160,7 @@ class _HookClient:
         extra: Sequence[str] = (),
         member_id: str | None = None,
         rpc_timeout_ms: int | None = None,
+        hook_timeout_s: float | None = None,
     ) -> None:
         """Start a process of this client (again, after `terminate`): `member_id` replaces the
         client's (a new process, a new member id; DESIGN 3.2), `coordinator` the address it
@@ -167,6 +173,8 @@ class _HookClient:
         )
         if instance_id is not None:
             args += ["--instance-id", instance_id]
+        if hook_timeout_s is not None:
+            args += ["--hook-timeout-s", f"{hook_timeout_s:g}"]
         if tls is not None:
             args += tls.flags()
         args += list(extra)

@@ -3,7 +3,9 @@ it, the statuses, and the hook records' contract."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from connect.group.v1 import admin_pb2, common_pb2
@@ -13,6 +15,7 @@ from tests.clients.workers import catalogue_resources, resources_of, wait_for
 from tests.support.client import describe, from_cat
 
 __all__ = [
+    "alive",
     "alter_configs",
     "as_resources",
     "check_records",
@@ -151,3 +154,16 @@ def check_records(client: Client, group: str) -> None:
         assert set(tokens["connectors"]) == set(r["connectors"]), (client, r)
         tasks = {(t["connector"], t["task"]) for t in tokens["tasks"]}
         assert tasks == {(t["connector"], t["task"]) for t in r["tasks"]}, (client, r)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(") ", 1)[1][:1] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

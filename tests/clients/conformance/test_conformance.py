@@ -20,6 +20,7 @@ from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 from tests.clients.conformance.conftest import MakeClient, Mtls
 from tests.clients.conformance.drivers import Client, Resource, TlsFiles, overlaps
 from tests.clients.conformance.support import (
+    alive,
     alter_configs,
     as_resources,
     check_records,
@@ -430,6 +431,47 @@ def test_failed_start_is_reported_failed_and_restarted(
     assert {r["event"] for r in again} == {"assigned"}, again  # a failed start ran nothing
     assert all(r.get("reason") == "restart" for r in again), again
     assert union(again) == {("A",), ("A", 0)}
+    assert w1.terminate() == 0
+    assert_clean([w1], group)
+
+
+def test_hook_past_its_timeout_has_its_process_group_killed(
+    client_kind: str, make_client: MakeClient, stubs: Stubs, group: str, tmp_path: Path
+) -> None:
+    """An `assigned` hook that hangs (with a child of its own) past --hook-timeout-s: the client
+    kills the hook's whole process group (the child too: the hook ran in a group of its own)
+    and reports the start FAILED; restarted once the hook behaves, it runs. Catches a client
+    that waits for a hook for ever, kills only the hook's own process, or runs the hook in its
+    own process group."""
+    alter_configs(stubs, group, restart_failed_max_attempts=0)
+    put(stubs, group, "A", 0)
+    hang = tmp_path / "hang"
+    hang.write_text("hang\n")
+    w1 = make_client(client_kind, "w1", hang_file=hang)
+    w1.start(hook_timeout_s=1)
+
+    def failed_on_w1() -> tuple[str, str, str] | None:
+        status = statuses(stubs, group).get(("A",))
+        return status if status is not None and status[:2] == ("FAILED", "w1") else None
+
+    failed = wait_for(
+        "A FAILED on w1 after the hook's timeout", failed_on_w1, diagnostics=w1.log_text
+    )
+    assert failed[2], "a FAILED status without a trace"
+    pids = [int(pid) for pid in Path(f"{hang}.pids").read_text().split()]
+    assert len(pids) == 2, pids  # one hook call: the start is made once
+    wait_for("the hook and its child to be gone", lambda: not any(map(alive, pids)), 5)
+    assert w1.alive() and w1.records() == []
+    hang.unlink()
+    stubs.admin.RestartConnector(
+        admin_pb2.RestartConnectorRequest(group_id=group, connector="A"), timeout=10
+    )
+    wait_for(
+        "A RUNNING after the restart",
+        lambda: statuses(stubs, group).get(("A",), ("",))[0] == "RUNNING",
+        diagnostics=w1.log_text,
+    )
+    assert [(r["event"], r.get("reason")) for r in w1.records()] == [("assigned", "restart")]
     assert w1.terminate() == 0
     assert_clean([w1], group)
 
