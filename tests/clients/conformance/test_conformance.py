@@ -390,7 +390,9 @@ def test_failed_start_is_reported_failed_and_restarted(
     FAILED on w1, with the exit code and the hook's stderr in the trace; the start is made once
     (no retry by the client). Once the operator restarts them, w1's hook gets `assigned` with
     reason "restart" and they read RUNNING. Catches a client that reports RUNNING regardless,
-    retries a failed start by itself, or does not restart on the coordinator's word."""
+    retries a failed start by itself, or does not restart on the coordinator's word. Then B
+    fails to start with automatic restarts on: once the hook behaves, the coordinator's own
+    restart brings it up."""
     alter_configs(stubs, group, restart_failed_max_attempts=0)  # no automatic restarts
     put(stubs, group, "A", 1, {"topic": "a"})
     fail_file = tmp_path / "fail-start"
@@ -431,6 +433,27 @@ def test_failed_start_is_reported_failed_and_restarted(
     assert {r["event"] for r in again} == {"assigned"}, again  # a failed start ran nothing
     assert all(r.get("reason") == "restart" for r in again), again
     assert union(again) == {("A",), ("A", 0)}
+
+    # The coordinator's automatic restarts (DESIGN 3.20): B fails to start, is restarted with no
+    # operator once the hook behaves again, and runs.
+    alter_configs(stubs, group, restart_failed_max_attempts=5, restart_failed_backoff_ms=300)
+    fail_file.write_text("B's sink is not reachable\n")
+    t_b = time.time()
+    put(stubs, group, "B", 0)
+    wait_for(
+        "B FAILED on w1",
+        lambda: statuses(stubs, group).get(("B",), ("",))[:2] == ("FAILED", "w1"),
+        diagnostics=w1.log_text,
+    )
+    fail_file.unlink()
+    wait_for(
+        "B RUNNING after an automatic restart",
+        lambda: statuses(stubs, group).get(("B",), ("",))[:2] == ("RUNNING", "w1"),
+        diagnostics=w1.log_text,
+    )
+    b_calls = [(r["event"], r.get("reason")) for r in after(w1, t_b)]
+    assert b_calls[0] == ("start_failed", None) and b_calls[-1] == ("assigned", "restart"), b_calls
+    assert {e for e, _ in b_calls} == {"start_failed", "assigned"}, b_calls  # nothing else
     assert w1.terminate() == 0
     assert_clean([w1], group)
 
