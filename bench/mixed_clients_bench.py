@@ -437,11 +437,21 @@ def _rss_kib(pid: int) -> int:
 
 
 def _all_started(kind: str, log_text: str, want: int) -> bool:
-    """Whether the worker's own log says it started `want` resources (the Go and Node
-    workers print one `start` line per resource; the agent logs its batches)."""
+    """Whether the worker's own log says it runs `want` resources: the Go and Node workers print
+    a JSON `start` / `stop` line naming what they started or stopped; the agent logs the
+    assignment it then starts in one hook call (`true`, done at once)."""
     if kind == "python":
         return "assignment at epoch" in log_text
-    return log_text.count('"event":"start"') >= want
+    running: set[Resource] = set()
+    for line in log_text.splitlines():
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if entry.get("event") == "start":
+            running |= resources_of(entry)
+        elif entry.get("event") == "stop":
+            running -= resources_of(entry)
+    return len(running) >= want
 
 
 def table(runs: list[GroupRun], restarts: int) -> str:
