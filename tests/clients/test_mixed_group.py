@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from connect.group.v1 import admin_pb2, common_pb2, coordinator_pb2
 
+from tests.clients.conformance.support import as_resources, settled
 from tests.clients.conftest import NodeClient
 from tests.clients.workers import (
     Interval,
@@ -22,11 +22,10 @@ from tests.clients.workers import (
     PythonAgent,
     Resource,
     Worker,
-    catalogue_resources,
     overlaps,
     wait_for,
 )
-from tests.support.client import describe, from_cat
+from tests.support.client import describe
 from tests.support.coordinator import CoordinatorProcess, Stubs
 
 
@@ -37,56 +36,6 @@ def put_catalogue(stubs: Stubs, group: str, catalogue: dict[str, int]) -> None:
             timeout=10,
         )
         assert resp.error_code == 0, resp.error_message
-
-
-def alter_configs(stubs: Stubs, group: str, **configs: int) -> None:
-    resp = stubs.admin.AlterGroupConfigs(
-        admin_pb2.AlterGroupConfigsRequest(
-            group_id=group, set={k.replace("_", "."): str(v) for k, v in configs.items()}
-        ),
-        timeout=10,
-    )
-    assert resp.error_code == 0, resp.error_message
-
-
-def as_resources(cat: Any) -> set[Resource]:
-    connectors, tasks = from_cat(cat)
-    out: set[Resource] = {(c,) for c in connectors}
-    out |= set(tasks)
-    return out
-
-
-def settled(
-    stubs: Stubs, group_id: str, workers: Sequence[Worker]
-) -> dict[str, set[Resource]] | None:
-    """Who runs what, once the group is quiet: STABLE, every member at the assignment epoch with
-    nothing pending, each worker running exactly its current assignment (by its own log), and
-    every catalogue resource running on exactly one worker. None until then."""
-    group = describe(stubs, group_id)
-    if group.error_code != 0 or group.state != "STABLE":
-        return None
-    if group.group_epoch != group.assignment_epoch:
-        return None
-    members = {m.member_id: m for m in group.members}
-    if set(members) != {w.member_id for w in workers}:
-        return None
-    shares: dict[str, set[Resource]] = {}
-    for worker in workers:
-        member = members[worker.member_id]
-        current = as_resources(member.current_assignment)
-        if (
-            member.state != "STABLE"
-            or member.member_epoch != group.assignment_epoch
-            or as_resources(member.pending_revocation)
-            or current != as_resources(member.target_assignment)
-            or worker.running() != current
-        ):
-            return None
-        shares[worker.member_id] = current
-    everything = catalogue_resources({c.name: c.task_count for c in group.catalogue})
-    if sorted(r for s in shares.values() for r in s) != sorted(everything):
-        return None
-    return shares
 
 
 def wait_settled(

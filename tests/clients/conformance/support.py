@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from connect.group.v1 import admin_pb2, common_pb2
 
@@ -23,6 +23,7 @@ __all__ = [
     "describe",
     "diagnostics",
     "put",
+    "settled",
     "statuses",
     "wait_for",
     "wait_settled",
@@ -77,9 +78,16 @@ def statuses(stubs: Any, group: str) -> dict[Resource, tuple[str, str, str]]:
     return out
 
 
-def settled(
-    stubs: Any, group_id: str, clients: Sequence[Client]
-) -> dict[str, set[Resource]] | None:
+class Runs(Protocol):
+    """What `settled` needs of a worker: a client of the suite, or a test's own worker."""
+
+    @property
+    def member_id(self) -> str: ...
+
+    def running(self) -> set[Resource]: ...
+
+
+def settled(stubs: Any, group_id: str, clients: Sequence[Runs]) -> dict[str, set[Resource]] | None:
     """Who runs what once the group is quiet: STABLE, every member at the assignment epoch with
     nothing pending, each client running exactly its current assignment (by its hook records),
     every catalogue resource on exactly one client. None until then."""
