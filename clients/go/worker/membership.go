@@ -14,6 +14,11 @@ import (
 
 func (w *Worker) heartbeatDue() bool {
 	stopping := w.phase == rejoining || w.phase == leaving || w.phase == fatalPhase
+	if w.stillHeartbeating() {
+		// Leaving while the work stops: still a member, so heartbeat as one (the owned list
+		// shrinking as it stops) and keep the session, which must not expire while work runs.
+		return !time.Now().Before(w.nextHeartbeat)
+	}
 	if stopping && (w.busy || len(w.owned()) > 0) {
 		return false // stop first, then rejoin, leave or exit
 	}
@@ -25,7 +30,7 @@ func (w *Worker) heartbeatDue() bool {
 		if w.epoch <= 0 {
 			w.phase = left // never joined: nothing to leave
 		}
-		return w.phase == leaving
+		return w.phase == leaving && !time.Now().Before(w.nextHeartbeat) // a failed leave backs off
 	}
 	if w.phase == rejoining {
 		w.phase = joining
@@ -66,8 +71,13 @@ func (w *Worker) rpcContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), w.o.RPCTimeout)
 }
 
+// stillHeartbeating: leaving as a member (epoch > 0) while work still stops.
+func (w *Worker) stillHeartbeating() bool {
+	return w.phase == leaving && w.epoch > 0 && (w.busy || len(w.owned()) > 0)
+}
+
 func (w *Worker) heartbeat() {
-	if w.phase == leaving {
+	if w.phase == leaving && !w.stillHeartbeating() {
 		w.sendLeave()
 		return
 	}
@@ -141,6 +151,13 @@ func (w *Worker) onSuccess(req *pb.ConnectGroupHeartbeatRequest,
 		w.epoch = resp.MemberEpoch // joined just as we decided to leave: leave properly
 		return
 	}
+	if w.phase == leaving && req.MemberEpoch > 0 {
+		// A heartbeat while the work stops before the leave: the session is kept; the answer's
+		// assignment does not matter any more (everything stops).
+		w.keepSession(resp, sentAt, key, withOwned)
+		w.epoch = resp.MemberEpoch
+		return
+	}
 	if w.phase != joining && w.phase != member {
 		return // we rejoin or leave now
 	}
@@ -150,19 +167,7 @@ func (w *Worker) onSuccess(req *pb.ConnectGroupHeartbeatRequest,
 		w.fetched = false // fetch again after every join
 	}
 	w.phase = member
-	w.failures = 0
-	w.fullNext = false
-	if withOwned {
-		w.lastReported, w.hasReported = key, true
-	}
-	w.lastSuccessAt = sentAt
-	if resp.HeartbeatIntervalMs > 0 {
-		w.interval = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
-	}
-	if resp.SessionTimeoutMs > 0 {
-		w.session = time.Duration(resp.SessionTimeoutMs) * time.Millisecond
-	}
-	w.nextHeartbeat = time.Now().Add(w.interval)
+	w.keepSession(resp, sentAt, key, withOwned)
 	w.epoch = resp.MemberEpoch
 	if resp.LifecycleRevision != w.revision {
 		w.revisionsSeen++
@@ -195,6 +200,25 @@ func (w *Worker) onSuccess(req *pb.ConnectGroupHeartbeatRequest,
 		w.nextHeartbeat = time.Now()
 	}
 	w.lifecycle()
+}
+
+// keepSession: what every successful heartbeat answer updates (the session's clock, the
+// coordinator's interval and timeout, what it has been told).
+func (w *Worker) keepSession(resp *pb.ConnectGroupHeartbeatResponse, sentAt time.Time,
+	key string, withOwned bool) {
+	w.failures = 0
+	w.fullNext = false
+	if withOwned {
+		w.lastReported, w.hasReported = key, true
+	}
+	w.lastSuccessAt = sentAt
+	if resp.HeartbeatIntervalMs > 0 {
+		w.interval = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
+	}
+	if resp.SessionTimeoutMs > 0 {
+		w.session = time.Duration(resp.SessionTimeoutMs) * time.Millisecond
+	}
+	w.nextHeartbeat = time.Now().Add(w.interval)
 }
 
 func (w *Worker) retryLater(why string) {
@@ -241,7 +265,7 @@ func (w *Worker) loseMembership(why string) {
 // checkSelfFence: not heard for nearly a session timeout, stop everything before anyone else
 // may start it (checked on the loop's timer, so a hanging call cannot delay it).
 func (w *Worker) checkSelfFence() {
-	if w.phase != member || w.lastSuccessAt.IsZero() {
+	if (w.phase != member && !w.stillHeartbeating()) || w.lastSuccessAt.IsZero() {
 		return
 	}
 	margin := w.interval

@@ -13,13 +13,15 @@ import (
 func first(s Set) Resource { return s.Sorted()[0] }
 
 func (w *Worker) reconcile() {
-	if w.busy {
-		return
-	}
 	stopAll := w.phase == rejoining || w.phase == leaving || w.phase == fatalPhase
 	toStop := w.running.Minus(w.assigned)
 	if stopAll {
 		toStop = w.running
+	}
+	// A target-state call retrying on a work goroutine gives up while something must stop.
+	w.stopWanted.Store(len(toStop) > 0)
+	if w.busy {
+		return
 	}
 	if len(toStop) > 0 {
 		reason := map[phase]string{rejoining: "membership lost", leaving: "leaving",
@@ -27,7 +29,13 @@ func (w *Worker) reconcile() {
 		if reason == "" {
 			reason = "revoked"
 		}
-		w.stopWork(first(toStop), reason)
+		if stopAll {
+			// Everything stops in one call: one resource at a time could outlast the session
+			// (self-fencing leaves max(interval, session/5) for all of it).
+			w.stopWork(toStop, reason)
+		} else {
+			w.stopWork(NewSet(first(toStop)), reason)
+		}
 		return
 	}
 	if w.phase != member {
@@ -210,13 +218,24 @@ func (w *Worker) call(e *Event) error {
 
 // retry calls the listener until it succeeds, with a backoff (on a work goroutine).
 func (w *Worker) retry(e *Event, what string) {
+	w.retryUnless(e, what, func() bool { return false })
+}
+
+// retryUnless calls the listener until it succeeds (true) or, after a failure, until
+// `abandon` says to give up (false), with a backoff (on a work goroutine).
+func (w *Worker) retryUnless(e *Event, what string, abandon func() bool) bool {
 	delay := w.o.RetryInitial
 	for attempt := 1; ; attempt++ {
 		err := w.call(e)
 		if err == nil {
-			return
+			return true
 		}
 		w.Log("error", fields{"what": what, "attempt": attempt, "error": err.Error()})
+		if abandon() {
+			w.Log("abandoned", fields{"what": what, "attempt": attempt,
+				"why": "resources must be stopped first"})
+			return false
+		}
 		time.Sleep(delay)
 		delay *= 2
 		if delay > w.o.RetryMax {
@@ -233,16 +252,18 @@ func traceOf(err error) string {
 	return text
 }
 
-// stopWork stops r (revoked hook, retried until it succeeds), then releases it and heartbeats
-// at once: each stopped resource is acknowledged on its own (partial release).
-func (w *Worker) stopWork(r Resource, reason string) {
+// stopWork stops resources (one revoked hook call, retried until it succeeds), then releases
+// them and heartbeats at once: a revocation stops one resource at a time, so each is
+// acknowledged on its own (partial release); stopping everything is one call.
+func (w *Worker) stopWork(resources Set, reason string) {
 	w.busy = true
-	one := NewSet(r)
+	one := resources
 	epoch := w.epoch
 	what := w.described(one, fields{"member_epoch": epoch, "reason": reason})
 	var e *Event
-	if !w.failedStarts.Has(r) { // a resource whose start failed runs nothing: no hook call
-		e = w.event("revoked", one, "")
+	// A resource whose start failed runs nothing: no hook call for it.
+	if runs := one.Minus(w.failedStarts); len(runs) > 0 {
+		e = w.event("revoked", runs, "")
 	}
 	go func() {
 		if e != nil {
@@ -344,7 +365,10 @@ func (w *Worker) targetWork(resources Set, target pb.TargetState) {
 		"target_state": targetNames[target], "event": kind}))
 	e := w.event(kind, resources, "")
 	go func() {
-		w.retry(e, "target_state")
+		if !w.retryUnless(e, "target_state", w.stopWanted.Load) {
+			w.post(func() { w.busy = false }) // tried again once the stops are done
+			return
+		}
 		w.post(func() {
 			for r := range resources {
 				if w.running.Has(r) {

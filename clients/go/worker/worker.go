@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "example.com/connectgroup/gen/go/connect/group/v1"
@@ -147,6 +148,7 @@ type Worker struct {
 	starting     Set                // being started: reported as owned already
 	tokens       map[Resource]int64 // fencing token per resource assigned or running
 	busy         bool               // a start or stop is in progress (one at a time)
+	stopWanted   atomic.Bool        // something must stop: a retrying target-state call gives up
 	heartbeating bool               // a heartbeat (or FindCoordinator) is in flight
 	// The heartbeat in flight: loseMembership abandons it (its answer, stale, is dropped) so
 	// that the rejoin need not wait out its deadline.
