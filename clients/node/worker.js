@@ -677,7 +677,17 @@ class Worker {
 
   // --- heartbeats -----------------------------------------------------------------------------
 
+  /** Leaving as a member (epoch > 0) while work still stops. */
+  get stillHeartbeating() {
+    return this.phase === 'LEAVING' && this.epoch > 0 && (this.busy || this.owned.size > 0);
+  }
+
   heartbeatDue() {
+    if (this.stillHeartbeating) {
+      // Leaving while the work stops: still a member, so heartbeat as one (the owned list
+      // shrinking as it stops) and keep the session, which must not expire while work runs.
+      return Date.now() >= this.nextHeartbeatAt;
+    }
     if (['REJOINING', 'LEAVING', 'FATAL'].includes(this.phase) && (this.busy || this.owned.size)) {
       return false; // stop first, then rejoin, leave or exit
     }
@@ -687,7 +697,7 @@ class Worker {
     }
     if (this.phase === 'LEAVING') {
       if (this.epoch <= 0) this.phase = 'LEFT'; // never joined: nothing to leave
-      return this.phase === 'LEAVING';
+      return this.phase === 'LEAVING' && Date.now() >= this.nextHeartbeatAt; // a failed leave backs off
     }
     if (this.phase === 'REJOINING') this.phase = 'JOINING';
     return Date.now() >= this.nextHeartbeatAt;
@@ -710,7 +720,7 @@ class Worker {
   }
 
   async heartbeat() {
-    if (this.phase === 'LEAVING') return this.sendLeave();
+    if (this.phase === 'LEAVING' && !this.stillHeartbeating) return this.sendLeave();
     const { request, ownedKey } = this.buildHeartbeat();
     const sentAt = Date.now();
     let resp;
@@ -750,6 +760,13 @@ class Worker {
       this.epoch = resp.member_epoch; // joined just as we decided to leave: leave properly
       return;
     }
+    if (this.phase === 'LEAVING' && request.member_epoch > 0) {
+      // A heartbeat while the work stops before the leave: the session is kept; the answer's
+      // assignment does not matter any more (everything stops).
+      this.keepSession(resp, sentAt, ownedKey);
+      this.epoch = resp.member_epoch;
+      return;
+    }
     if (this.phase !== 'JOINING' && this.phase !== 'MEMBER') return; // we rejoin or leave now
     if (this.phase === 'JOINING') {
       this.log('joined', { member_epoch: resp.member_epoch });
@@ -757,13 +774,7 @@ class Worker {
       this.fetchedRevision = null; // fetch again after every join
     }
     this.phase = 'MEMBER';
-    this.failures = 0;
-    this.fullNext = false;
-    if (ownedKey !== null) this.lastReported = ownedKey;
-    this.lastSuccessSentAt = sentAt;
-    if (resp.heartbeat_interval_ms > 0) this.heartbeatIntervalMs = resp.heartbeat_interval_ms;
-    if (resp.session_timeout_ms > 0) this.sessionTimeoutMs = resp.session_timeout_ms;
-    this.nextHeartbeatAt = Date.now() + this.heartbeatIntervalMs;
+    this.keepSession(resp, sentAt, ownedKey);
     this.epoch = resp.member_epoch;
     const revision = Number(resp.lifecycle_revision) || 0;
     if (revision !== this.revision) this.revisionsSeen += 1;
@@ -787,6 +798,18 @@ class Worker {
     if (resp.error_code === 'COMPUTE_ASSIGNMENT' && !this.computing) this.compute();
     if (keyOf(this.owned) !== this.lastReported) this.nextHeartbeatAt = Date.now();
     this.lifecycle();
+  }
+
+  /** What every successful heartbeat answer updates: the session's clock, the coordinator's
+   * interval and timeout, what it has been told. */
+  keepSession(resp, sentAt, ownedKey) {
+    this.failures = 0;
+    this.fullNext = false;
+    if (ownedKey !== null) this.lastReported = ownedKey;
+    this.lastSuccessSentAt = sentAt;
+    if (resp.heartbeat_interval_ms > 0) this.heartbeatIntervalMs = resp.heartbeat_interval_ms;
+    if (resp.session_timeout_ms > 0) this.sessionTimeoutMs = resp.session_timeout_ms;
+    this.nextHeartbeatAt = Date.now() + this.heartbeatIntervalMs;
   }
 
   retryLater(why) {
@@ -817,7 +840,9 @@ class Worker {
 
   /** Not heard for nearly a session timeout: stop everything before anyone else may start it. */
   checkSelfFence() {
-    if (this.phase !== 'MEMBER' || this.lastSuccessSentAt === null) return;
+    if ((this.phase !== 'MEMBER' && !this.stillHeartbeating) || this.lastSuccessSentAt === null) {
+      return;
+    }
     const margin = Math.max(this.heartbeatIntervalMs, Math.floor(this.sessionTimeoutMs / 5));
     const silent = Date.now() - this.lastSuccessSentAt;
     if (silent >= this.sessionTimeoutMs - margin) {
