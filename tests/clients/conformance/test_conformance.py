@@ -710,3 +710,41 @@ def test_sigterm_stops_everything_then_leaves_at_once(
     wait_settled(stubs, group, [w1], "w1 to take w2's share over")
     assert w1.terminate() == 0
     assert_clean([w1, w2], group)
+
+
+def test_sigterm_with_stops_longer_than_a_session_keeps_the_session_until_stopped(
+    client_kind: str,
+    make_client: MakeClient,
+    stubs: Stubs,
+    group: str,
+    coordinator: CoordinatorProcess,
+) -> None:
+    """SIGTERM while stopping takes longer than a session timeout (its `revoked` hook sleeps
+    SESSION_S + 1.5 s): the client goes on heartbeating as a member while its work stops, so
+    its session never expires and nothing of its share runs elsewhere before it has stopped;
+    then it leaves. Catches a client that goes silent while it stops (the coordinator would
+    hand its share over while it still runs it)."""
+    alter_configs(stubs, group, scheduled_rebalance_max_delay_ms=0)
+    put(stubs, group, "A", 2)
+    put(stubs, group, "B", 1)
+    w1 = make_client(client_kind, "w1")
+    w2 = make_client(client_kind, "w2", sleep_revoked_s=SESSION_S + 1.5)
+    w1.start()
+    w2.start()
+    shares = wait_settled(stubs, group, [w1, w2], "w1 and w2")
+    assert shares["w2"]
+    t_term = time.time()
+    w2.signal(signal.SIGTERM)
+    assert w2.wait(60) == 0, w2.log_text()
+    assert time.time() - t_term > SESSION_S  # the stop really outlasted a session
+    last = after(w2, t_term)
+    assert union(last) == shares["w2"]
+    assert coordinator.log_path is not None
+    log = coordinator.log_path.read_text(errors="replace")
+    expired = [line for line in log.splitlines() if "member_session_expired" in line]
+    assert not [line for line in expired if group in line and '"w2"' in line], expired
+    left = [line for line in log.splitlines() if '"member_left"' in line and '"w2"' in line]
+    assert [line for line in left if group in line], "no member_left for w2"
+    wait_settled(stubs, group, [w1], "w1 to take w2's share over")
+    assert w1.terminate() == 0
+    assert_clean([w1, w2], group)
