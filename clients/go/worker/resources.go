@@ -3,6 +3,7 @@ package worker
 import (
 	"sort"
 	"strconv"
+	"strings"
 
 	pb "example.com/connectgroup/gen/go/connect/group/v1"
 )
@@ -89,13 +90,18 @@ func (s Set) Union(b Set) Set {
 	return out
 }
 
-// Key is a string that two sets share exactly when they hold the same resources.
+// Key is a string that two sets share exactly when they hold the same resources. It runs on
+// the loop several times per heartbeat, so it is built in one buffer: appending to a string
+// copies it each time, quadratic in a set of thousands of resources.
 func (s Set) Key() string {
-	key := ""
+	var key strings.Builder
 	for _, r := range s.Sorted() {
-		key += strconv.Quote(r.Connector) + ":" + strconv.Itoa(int(r.Task)) + ";"
+		key.WriteString(strconv.Quote(r.Connector))
+		key.WriteByte(':')
+		key.WriteString(strconv.Itoa(int(r.Task)))
+		key.WriteByte(';')
 	}
-	return key
+	return key.String()
 }
 
 // SetOf reads a ConnectorsAndTasks (nil: empty).
