@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // ConfigJSON is one connector's config as a hook event carries it.
@@ -218,6 +219,12 @@ func tailOf(f *os.File) string {
 	buf := make([]byte, size-from)
 	if _, err := f.ReadAt(buf, from); err != nil && err != io.EOF {
 		return ""
+	}
+	if from > 0 {
+		// The window may open inside a character: start at the next one, not at a U+FFFD.
+		for i := 0; i < utf8.UTFMax-1 && len(buf) > 0 && !utf8.RuneStart(buf[0]); i++ {
+			buf = buf[1:]
+		}
 	}
 	text := strings.TrimSpace(strings.ToValidUTF8(string(buf), "\uFFFD"))
 	if from > 0 {

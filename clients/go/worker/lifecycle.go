@@ -6,7 +6,9 @@ package worker
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	pb "example.com/connectgroup/gen/go/connect/group/v1"
 )
@@ -133,7 +135,29 @@ func (w *Worker) onConfigs(req *pb.ConnectGroupConfigsRequest, resp *pb.ConnectG
 		"changed": changed})
 }
 
-// statusChanges: the statuses that differ from what the coordinator last answered.
+// maxStatusEntries bounds one ConnectGroupReportStatus call (the coordinator refuses more than
+// 10,000 entries, the whole call): the rest go in the next calls.
+const maxStatusEntries = 1000
+
+// cleanTrace is trace as the coordinator takes it: the coordinator refuses a whole
+// ConnectGroupReportStatus call whose trace holds a NUL character, and protobuf refuses to
+// marshal a string that is not UTF-8 (a hook's standard error, or a trace cut inside a
+// character), so either would fail every report, forever. Invalid bytes become U+FFFD, NULs go,
+// and it is cut to maxTraceChars bytes on a character boundary.
+func cleanTrace(trace string) string {
+	trace = strings.ReplaceAll(strings.ToValidUTF8(trace, "\uFFFD"), "\x00", "")
+	if len(trace) <= maxTraceChars {
+		return trace
+	}
+	cut := maxTraceChars
+	for cut > 0 && !utf8.RuneStart(trace[cut]) {
+		cut--
+	}
+	return trace[:cut]
+}
+
+// statusChanges: the statuses that differ from what the coordinator last answered, at most
+// maxStatusEntries of them (in resource order).
 func (w *Worker) statusChanges() ([]*pb.StatusEntry, []Resource) {
 	owned := w.owned()
 	entries := []*pb.StatusEntry{}
@@ -144,17 +168,23 @@ func (w *Worker) statusChanges() ([]*pb.StatusEntry, []Resource) {
 	}
 	sort.Slice(rs, func(i, j int) bool { return less(rs[i], rs[j]) })
 	for _, r := range rs {
+		if len(entries) == maxStatusEntries {
+			break
+		}
 		st := w.statuses[r]
 		token, ok := w.tokens[r]
 		if !owned.Has(r) || !ok {
 			continue
 		}
-		if last, ok := w.reported[r]; ok && last.state == st.state && last.trace == st.trace &&
+		// Compared as sent (what reported holds), else a trace that cleaning changes would
+		// differ from it forever and be sent again at every interval.
+		trace := cleanTrace(st.trace)
+		if last, ok := w.reported[r]; ok && last.state == st.state && last.trace == trace &&
 			last.token == token {
 			continue
 		}
 		entry := &pb.StatusEntry{Connector: r.Connector, FencingToken: token, State: st.state,
-			Trace: st.trace}
+			Trace: trace}
 		if r.IsTask() {
 			task := r.Task
 			entry.Task = &task // ABSENT: the connector itself
@@ -215,6 +245,11 @@ func (w *Worker) report(entries []*pb.StatusEntry, keys []Resource) {
 			}
 			w.Log("status", fields{"member_epoch": req.MemberEpoch, "counted": counted,
 				"refused": refused})
+			if len(entries) == maxStatusEntries && len(resp.Results) >= len(entries) {
+				// A full call, all answered: there may be more, sent without waiting for the
+				// interval (unanswered entries wait for it, else they would be sent in a loop).
+				w.lastReportAt = time.Time{}
+			}
 		})
 	}()
 }

@@ -1,9 +1,14 @@
 package worker
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	pb "example.com/connectgroup/gen/go/connect/group/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // The literal is what Key returned when it was built with repeated += (before the builder).
@@ -31,5 +36,98 @@ func TestSetKeyLarge(t *testing.T) {
 	key := s.Key()
 	if strings.Count(key, ";") != 20000 || !strings.HasPrefix(key, `"connector-0":-1;"connector-0":0;`) {
 		t.Fatalf("a key of %d bytes: %.80q...", len(key), key)
+	}
+}
+
+func TestCleanTraceDropsNULAndInvalidUTF8(t *testing.T) {
+	if got := cleanTrace("a\x00b\x00"); got != "ab" {
+		t.Fatalf("NULs: %q", got)
+	}
+	if got := cleanTrace("bad \xff\xfe byte"); got != "bad \uFFFD byte" {
+		t.Fatalf("invalid UTF-8: %q", got)
+	}
+	if got := cleanTrace("ok é €"); got != "ok é €" {
+		t.Fatalf("a valid trace changed: %q", got)
+	}
+	// The bytes protobuf refuses: a trace as sent must marshal.
+	raw := "stderr: \xc3"
+	if _, err := proto.Marshal(&pb.StatusEntry{Connector: "A", Trace: raw}); err == nil {
+		t.Fatalf("protobuf marshalled invalid UTF-8 (the test no longer shows the failure)")
+	}
+	if _, err := proto.Marshal(&pb.StatusEntry{Connector: "A", Trace: cleanTrace(raw)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCleanTraceCutsOnACharacterBoundary(t *testing.T) {
+	// 3-byte characters: maxTraceChars (16,384) falls inside one.
+	long := strings.Repeat("€", maxTraceChars)
+	got := cleanTrace(long)
+	if !utf8.ValidString(got) || len(got) > maxTraceChars || len(got) < maxTraceChars-3 ||
+		strings.ContainsRune(got, utf8.RuneError) {
+		t.Fatalf("cut to %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	// A trace already cut inside a character (traceOf cuts bytes): the piece becomes U+FFFD.
+	got = cleanTrace(long[:maxTraceChars])
+	if !utf8.ValidString(got) || len(got) > maxTraceChars {
+		t.Fatalf("cut to %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	// Invalid bytes grow by the replacement: still cut to the limit.
+	got = cleanTrace(strings.Repeat("\xff", maxTraceChars))
+	if !utf8.ValidString(got) || len(got) > maxTraceChars {
+		t.Fatalf("cut to %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+}
+
+// statusWorker holds n running resources with a status each.
+func statusWorker(n int, trace string) *Worker {
+	w := &Worker{running: Set{}, starting: Set{}, tokens: map[Resource]int64{},
+		statuses: map[Resource]status{}, reported: map[Resource]reportedStatus{}}
+	for i := 0; i < n; i++ {
+		r := TaskResource("A", int32(i))
+		w.running.Add(r)
+		w.tokens[r] = 7
+		w.statuses[r] = status{pb.ResourceState_FAILED, trace}
+	}
+	return w
+}
+
+func TestStatusChangesCapsEntriesAndCleansTraces(t *testing.T) {
+	w := statusWorker(2500, "boom\x00 \xff")
+	entries, keys := w.statusChanges()
+	if len(entries) != maxStatusEntries || len(keys) != maxStatusEntries {
+		t.Fatalf("%d entries in one call", len(entries))
+	}
+	if entries[0].Trace != "boom \uFFFD" || *entries[0].Task != 0 ||
+		*entries[maxStatusEntries-1].Task != maxStatusEntries-1 {
+		t.Fatalf("first entry %v, last %v", entries[0], entries[maxStatusEntries-1])
+	}
+	// As report records them once answered: the rest follow, and nothing is sent twice.
+	sent := 0
+	for len(entries) > 0 {
+		sent += len(entries)
+		for i, e := range entries {
+			w.reported[keys[i]] = reportedStatus{e.State, e.Trace, e.FencingToken}
+		}
+		entries, keys = w.statusChanges()
+	}
+	if sent != 2500 {
+		t.Fatalf("%d entries sent in all", sent)
+	}
+}
+
+func TestTailOfStartsOnACharacter(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// 2,001 bytes of 3-byte characters after one byte: the window opens inside one.
+	if _, err := f.WriteString("x" + strings.Repeat("€", 1000)); err != nil {
+		t.Fatal(err)
+	}
+	got := tailOf(f)
+	if !strings.HasPrefix(got, "...€") || strings.ContainsRune(got, utf8.RuneError) {
+		t.Fatalf("tail %.20q", got)
 	}
 }
