@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -102,6 +103,13 @@ const minMaskedValue = 4
 type ExecHook struct {
 	Argv    []string
 	Timeout time.Duration
+
+	// The process groups of the hooks running now. A hook runs in its own session, so it
+	// outlives this process: KillAll kills them when the process exits without stopping its
+	// work (a second signal), else they would go on running a resource nobody watches.
+	mu     sync.Mutex
+	groups map[int]struct{}
+	killed bool // KillAll ran: a hook that starts after it is killed at once
 }
 
 // NewExecHook splits command like a POSIX shell word list (no shell runs).
@@ -166,8 +174,16 @@ func (h *ExecHook) Handle(e *Event) error {
 			ExitCode: -1,
 		}
 	}
+	pgid := cmd.Process.Pid // Setsid: the hook leads its own process group
+	h.track(pgid)
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		// Forgotten right after the hook is reaped: its pid (the group's id) may be reused once
+		// the group is empty, and KillAll must not hit another process's group.
+		h.untrack(pgid)
+		done <- err
+	}()
 	timer := time.NewTimer(h.Timeout)
 	defer timer.Stop()
 	var waitErr error
@@ -204,6 +220,41 @@ func (h *ExecHook) Handle(e *Event) error {
 		msg += "; stderr: " + tail
 	}
 	return &HookError{Message: msg, ExitCode: code}
+}
+
+// track notes a started hook's process group; after KillAll it is killed at once (a hook that
+// started while KillAll ran would escape it).
+func (h *ExecHook) track(pgid int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.killed {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	if h.groups == nil {
+		h.groups = map[int]struct{}{}
+	}
+	h.groups[pgid] = struct{}{}
+}
+
+// untrack forgets a reaped hook's process group.
+func (h *ExecHook) untrack(pgid int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.groups, pgid)
+}
+
+// KillAll sends SIGKILL to the process group of every hook running now, and of any hook
+// started later; it returns how many groups it signalled. For a process about to exit without
+// stopping its work: the hooks run in their own sessions and would outlive it. (A background
+// process that a finished hook left behind is not tracked: it is the hook's to manage.)
+func (h *ExecHook) KillAll() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.killed = true
+	for pgid := range h.groups {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	return len(h.groups)
 }
 
 // tailOf is the last tailBytes of f, trimmed, "..." in front when cut.

@@ -2,9 +2,11 @@ package worker
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	pb "example.com/connectgroup/gen/go/connect/group/v1"
@@ -113,6 +115,74 @@ func TestStatusChangesCapsEntriesAndCleansTraces(t *testing.T) {
 	}
 	if sent != 2500 {
 		t.Fatalf("%d entries sent in all", sent)
+	}
+}
+
+// liveInGroup lists the processes of group pgid that are not zombies (a killed hook's child,
+// reparented, may wait for a reaper that a container does not run).
+func liveInGroup(pgid int) []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	live := []string{}
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // gone
+		}
+		text := string(data)
+		fields := strings.Fields(text[strings.LastIndexByte(text, ')')+1:])
+		if len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
+			continue
+		}
+		if fields[2] == strconv.Itoa(pgid) {
+			live = append(live, path)
+		}
+	}
+	return live
+}
+
+func TestExecHookKillAllKillsRunningHooks(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	hook, _ := NewExecHook(`sh -c 'echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; sleep 30 & wait' `+pidFile,
+		time.Minute)
+	done := make(chan error, 1)
+	go func() { done <- hook.Handle(&Event{Event: "assigned", Resources: Set{}}) }()
+	pgid := 0
+	for deadline := time.Now().Add(5 * time.Second); pgid == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the hook did not start")
+		}
+		if data, err := os.ReadFile(pidFile); err == nil {
+			pgid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+	}
+	if len(liveInGroup(pgid)) < 2 {
+		t.Fatalf("the hook's group %d: %v", pgid, liveInGroup(pgid))
+	}
+	if n := hook.KillAll(); n != 1 {
+		t.Fatalf("KillAll signalled %d groups", n)
+	}
+	select {
+	case err := <-done:
+		if herr, ok := err.(*HookError); !ok || !strings.Contains(herr.Message, "killed by signal 9") {
+			t.Fatalf("got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hook still runs after KillAll")
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(liveInGroup(pgid)) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still in group %d: %v", pgid, liveInGroup(pgid))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if hook.KillAll() != 0 {
+		t.Fatal("a reaped hook is still tracked")
+	}
+	// A hook that starts after KillAll is killed at once.
+	start := time.Now()
+	err := hook.Handle(&Event{Event: "assigned", Resources: Set{}})
+	if _, ok := err.(*HookError); !ok || time.Since(start) > 5*time.Second {
+		t.Fatalf("a hook after KillAll: %v after %v", err, time.Since(start))
 	}
 }
 

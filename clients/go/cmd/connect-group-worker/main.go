@@ -133,8 +133,9 @@ func run(args []string) int {
 	if *url != "" {
 		o.URL = url
 	}
+	var hook *worker.ExecHook
 	if *execHook != "" {
-		hook, err := worker.NewExecHook(*execHook, time.Duration(*hookTimeout*float64(time.Second)))
+		hook, err = worker.NewExecHook(*execHook, time.Duration(*hookTimeout*float64(time.Second)))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "connect-group-worker: --exec-hook:", err)
 			return 2
@@ -156,8 +157,14 @@ func run(args []string) int {
 		if s == syscall.SIGTERM {
 			name = "SIGTERM"
 		}
+		// The hooks run in their own sessions: left running, they would keep a resource going
+		// that no member owns or watches.
+		killed := 0
+		if hook != nil {
+			killed = hook.KillAll()
+		}
 		w.Log("exit", map[string]interface{}{
-			"reason": name + " again: giving up without leaving"})
+			"reason": name + " again: giving up without leaving", "hooks_killed": killed})
 		os.Exit(1)
 	}()
 	return w.Run()
