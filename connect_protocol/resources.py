@@ -73,6 +73,11 @@ class ResourceSet:
     # pass) when that operand's order is known and not much longer than the result.
 
     def __or__(self, other: ResourceSet) -> ResourceSet:
+        # Sets are immutable: a union with nothing is the other side itself, not a copy.
+        if not other.tasks and other.connectors <= self.connectors:
+            return self
+        if not self.tasks and self.connectors <= other.connectors:
+            return other
         tasks = self.tasks | other.tasks
         ordered: tuple[TaskId, ...] | None = None
         mine, theirs = self._ordered_tasks, other._ordered_tasks
