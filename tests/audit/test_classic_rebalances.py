@@ -398,6 +398,8 @@ def classic_histories(draw: st.DrawFn) -> list[Event]:
         if held_until is not None:
             f["held_until_ms"] = at_ms + held_until
         events.append(Event(id=i + 1, at_ms=at_ms, group_epoch=epoch, group_id="g", **f))
+        if f["event_type"] == ev.GROUP_DELETED:
+            epoch += 1  # a group created again under the id continues from last + 1 (3.20)
     return events
 
 

@@ -176,7 +176,8 @@ def _event_fields() -> st.SearchStrategy[dict[str, Any]]:
 
 @st.composite
 def histories(draw: st.DrawFn) -> list[Event]:
-    """A group's events: ids 1.., times going forward, the group epoch bumped by the bumps."""
+    """A group's events: ids 1.., times going forward, the group epoch bumped by the bumps and
+    after a GROUP_DELETED (the coordinator continues a group created again from last + 1)."""
     fields = draw(st.lists(_event_fields(), min_size=1, max_size=40))
     steps = draw(st.lists(st.integers(0, 60), min_size=len(fields), max_size=len(fields)))
     events, epoch, at_ms = [], 1, 1_000
@@ -195,6 +196,8 @@ def histories(draw: st.DrawFn) -> list[Event]:
         if held_until is not None:
             f["held_until_ms"] = at_ms + held_until
         events.append(Event(id=i + 1, at_ms=at_ms, group_epoch=epoch, group_id="g", **f))
+        if f["event_type"] == ev.GROUP_DELETED:
+            epoch += 1  # a group created again under the id continues from last + 1 (3.20)
     return events
 
 
