@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import filterfalse, islice
 from typing import NamedTuple, Protocol
@@ -157,6 +157,11 @@ class ResourceSet:
             object.__setattr__(self, "_tasks_json", tasks_json)
         return {"connectors": self.sorted_connectors(), "tasks": list(tasks_json)}
 
+    def payload(self) -> SetJson:
+        """The set as an event's payload value: `to_json`'s mapping, its task objects built only
+        if something reads them (the store writes a large set as runs straight from the set)."""
+        return SetJson(self)
+
     @staticmethod
     def from_json(data: object) -> ResourceSet:
         if not isinstance(data, dict):
@@ -166,6 +171,52 @@ class ResourceSet:
 
 
 EMPTY = ResourceSet()
+
+
+class SetJson(Mapping[str, object]):
+    """`ResourceSet.to_json`'s mapping for an event's payload, built when it is read.
+
+    An ASSIGNMENT_DELIVERED names everything its member holds: the JSON objects of a
+    10,000-task share were built for every change of a reconciling member, and then walked
+    again to store the set as task runs, a quarter of the heartbeat's time (issue 24). The
+    store (`stored_sets.event_payload_column`) and the log lines (`logs.brief`, through
+    `log_brief`) read `resources` instead; anything else reads the mapping, equal to the dict.
+    """
+
+    __slots__ = ("resources",)
+
+    def __init__(self, resources: ResourceSet) -> None:
+        self.resources = resources
+
+    def __getitem__(self, key: str) -> object:
+        return self.resources.to_json()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("connectors", "tasks"))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __repr__(self) -> str:
+        return f"SetJson({self.resources.describe()})"
+
+    def log_brief(self, items: int) -> dict[str, object]:
+        """Its log form: the count and first `items` of each list, in O(items)."""
+        connectors = self.resources.sorted_connectors()
+        tasks = self.resources.ordered_tasks()
+        return {
+            "connectors": _brief_list(connectors, items),
+            "tasks": _brief_list(
+                [{"connector": c, "task": n} for c, n in islice(tasks, items)], items, len(tasks)
+            ),
+        }
+
+
+def _brief_list(values: Sequence[object], items: int, count: int | None = None) -> object:
+    count = len(values) if count is None else count
+    if count <= items:
+        return values[:items]
+    return {"count": count, "first": values[:items]}
 
 
 def _kept_order(

@@ -32,3 +32,15 @@ def test_short_values_are_unchanged() -> None:
     many = set(range(LOG_LIST_ITEMS + 5))
     out = brief({"s": many})["s"]
     assert out["count"] == LOG_LIST_ITEMS + 5 and len(out["first"]) == LOG_LIST_ITEMS
+
+
+def test_an_events_set_is_logged_briefly_as_its_json_would_be() -> None:
+    """A `SetJson` (an event's set) is written like the dict it stands for, without building
+    its task objects past the first LOG_LIST_ITEMS."""
+    from connect_protocol.resources import ResourceSet, TaskId
+
+    for size in (3, LOG_LIST_ITEMS, 5_000):
+        resources = ResourceSet.of(["a", "b"], [TaskId("t", n) for n in range(size)])
+        logged = brief({"assigned": resources.payload()})
+        assert resources._tasks_json is None  # no task object built for the whole set
+        assert logged == brief({"assigned": resources.to_json()})

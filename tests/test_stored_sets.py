@@ -103,3 +103,21 @@ def test_with_ranges_off_every_set_is_stored_plain() -> None:
     finally:
         stored_sets.use_ranges(True)
     assert "task_ranges" in stored_sets.resources_column(big)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sets, st.booleans())
+def test_an_events_set_payload_is_stored_as_its_json_would_be(
+    resources: ResourceSet, ranges: bool
+) -> None:
+    """An event carries a set as `SetJson` (its task objects never built): it equals the set's
+    JSON, and it is stored exactly as that JSON would be, in either form (issue 24)."""
+    lazy, eager = resources.payload(), resources.to_json()
+    assert lazy == eager and eager == lazy
+    stored_sets.use_ranges(ranges)
+    try:
+        assert json.dumps(stored_sets.event_payload_column({"assigned": lazy})) == json.dumps(
+            stored_sets.event_payload_column({"assigned": eager})
+        )
+    finally:
+        stored_sets.use_ranges(True)

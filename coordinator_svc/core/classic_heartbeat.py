@@ -141,7 +141,7 @@ def leave_group(
                 hold=False,
                 event=EventType.MEMBER_LEFT,
                 static=False,
-                released=member.owned.to_json(),
+                released=member.owned.payload(),
                 reason=leaving.reason,
             )
             first_removed = first_removed or member_id

@@ -303,15 +303,15 @@ class _Join:
             change.event(
                 EventType.REVOCATION_PARTIALLY_ACKNOWLEDGED,
                 member_id,
-                released=released.to_json(),
-                pending=pending.to_json(),
+                released=released.payload(),
+                pending=pending.payload(),
                 member_epoch=member.member_epoch,
             )
         else:
             change.event(
                 EventType.REVOCATION_ACKNOWLEDGED,
                 member_id,
-                revoked=released.to_json(),
+                revoked=released.payload(),
                 member_epoch=member.member_epoch,
             )
             if member.pending_revocation:
@@ -327,9 +327,9 @@ class _Join:
                 member_id,
                 member_epoch=member.member_epoch,
                 state=state.value,
-                assigned=assigned.to_json(),
-                added=EMPTY.to_json(),
-                removed=(member.assigned - assigned).to_json(),
+                assigned=assigned.payload(),
+                added=EMPTY.payload(),
+                removed=(member.assigned - assigned).payload(),
                 released_by="join",
             )
         return replace(

@@ -219,7 +219,7 @@ def complete_join(change: GroupChange) -> None:
             protocol=None,
             members=[],
             removed=removed,
-            withheld=EMPTY.to_json(),
+            withheld=EMPTY.payload(),
         )
         return
     protocol = vote(members[m] for m in in_order)
@@ -253,7 +253,7 @@ def complete_join(change: GroupChange) -> None:
         protocol=protocol,
         members=in_order,
         removed=removed,
-        withheld=withheld.to_json(),
+        withheld=withheld.payload(),
     )
     for member_id in in_order:
         change.wake(WAKE_JOIN, member_id, join_answer(change, member_id))
@@ -412,7 +412,7 @@ def remove_member(
         change.add_hold(member_id, member.owned, until, member.principal)
         if member.owned:
             change.schedule((HOLD, member_id), until)
-        payload = {**payload, "held": member.owned.to_json(), "held_until_ms": until}
+        payload = {**payload, "held": member.owned.payload(), "held_until_ms": until}
     change.event(event, member_id, **payload)
 
 

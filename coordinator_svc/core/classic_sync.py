@@ -352,16 +352,16 @@ def record_delivery(change: GroupChange, member: Member, accepted: AcceptedAssig
         member_id,
         member_epoch=accepted.generation,
         state=member.state.value,
-        assigned=member.assigned.to_json(),
-        added=accepted.assignment.to_json(),
-        removed=revoked.to_json(),
+        assigned=member.assigned.payload(),
+        added=accepted.assignment.payload(),
+        removed=revoked.payload(),
         **payload,
     )
     if revoked:
         change.event(
             EventType.REVOCATION_REQUESTED,
             member_id,
-            revoke=revoked.to_json(),
+            revoke=revoked.payload(),
             target_epoch=accepted.generation,
         )
         change.schedule((REVOCATION, member_id), change.now_ms + member.rebalance_timeout_ms)

@@ -130,7 +130,7 @@ def _session_expired(change: GroupChange, member_id: str) -> None:
         hold=False,
         event=EventType.MEMBER_SESSION_EXPIRED,
         static_left=False,
-        released=member.owned.to_json(),
+        released=member.owned.payload(),
     )
     after_removal(change, "member session expired", member_id)
 
@@ -144,7 +144,7 @@ def _revocation_timed_out(change: GroupChange, member_id: str) -> None:
         member,
         hold=True,
         event=EventType.REVOCATION_TIMED_OUT,
-        unrevoked=member.pending_revocation.to_json(),
+        unrevoked=member.pending_revocation.payload(),
     )
     after_removal(change, "member revocation timed out", member_id)
 
@@ -157,7 +157,7 @@ def _hold_ended(change: GroupChange, member_id: str) -> None:
         change.add_hold(hold.member_id, hold.resources, hold.until_ms, hold.principal)
         change.schedule((HOLD, member_id), hold.until_ms)
         return
-    change.event(EventType.HOLD_RELEASED, member_id, released=hold.resources.to_json())
+    change.event(EventType.HOLD_RELEASED, member_id, released=hold.resources.payload())
     if change.has_members():
         prepare_rebalance(change, "hold ended", None, held_member=member_id)
 

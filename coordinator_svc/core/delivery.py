@@ -78,15 +78,15 @@ def record_transition(change: GroupChange, before: Member, after: Member) -> Non
         change.event(
             EventType.REVOCATION_PARTIALLY_ACKNOWLEDGED,
             member_id,
-            released=released.to_json(),
-            pending=after.pending_revocation.to_json(),
+            released=released.payload(),
+            pending=after.pending_revocation.payload(),
             member_epoch=before.member_epoch,
         )
     elif before.pending_revocation and not (before.pending_revocation <= after.pending_revocation):
         change.event(
             EventType.REVOCATION_ACKNOWLEDGED,
             member_id,
-            revoked=before.pending_revocation.to_json(),
+            revoked=before.pending_revocation.payload(),
             member_epoch=before.member_epoch,
         )
         change.cancel((REVOCATION, member_id))
@@ -94,26 +94,26 @@ def record_transition(change: GroupChange, before: Member, after: Member) -> Non
         change.event(
             EventType.REVOCATION_REQUESTED,
             member_id,
-            revoke=after.pending_revocation.to_json(),
+            revoke=after.pending_revocation.payload(),
             target_epoch=change.target.assignment_epoch,
         )
         change.schedule((REVOCATION, member_id), change.now_ms + after.rebalance_timeout_ms)
     if after.assigned != before.assigned or after.member_epoch != before.member_epoch:
+        added = after.assigned - before.assigned
         change.event(
             EventType.ASSIGNMENT_DELIVERED,
             member_id,
             member_epoch=after.member_epoch,
             state=after.state.value,
-            assigned=after.assigned.to_json(),
-            added=(after.assigned - before.assigned).to_json(),
-            removed=(before.assigned - after.assigned).to_json(),
-            **_grant_details(before, after),
+            assigned=after.assigned.payload(),
+            added=added.payload(),
+            removed=(before.assigned - after.assigned).payload(),
+            **_grant_details(added, after),
         )
 
 
-def _grant_details(before: Member, after: Member) -> dict[str, int]:
+def _grant_details(added: ResourceSet, after: Member) -> dict[str, int]:
     """The fencing token of what a delivery adds (one grant, one token), for its event."""
-    added = after.assigned - before.assigned
     resources: list[Resource] = [*added.connectors, *added.tasks]
     for resource in resources:
         if resource in after.tokens:

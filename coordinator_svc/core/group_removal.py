@@ -206,7 +206,7 @@ def _remove_from_connect_group(change: GroupChange, member: Member, details: dic
             change.schedule((HOLD, member_id), until)
     for kind in (SESSION, REVOCATION, CLASSIC_MEMBER_DEADLINE):
         change.cancel((kind, member_id))
-    held = {"held": member.owned.to_json(), "held_until_ms": until} if until else {}
+    held = {"held": member.owned.payload(), "held_until_ms": until} if until else {}
     change.event(EventType.MEMBER_REMOVED, member_id, static_left=left, **held, **details)
     change.bump_epoch("member removed", member_id=member_id)
     change.reselect_assignor()

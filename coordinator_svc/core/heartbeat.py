@@ -214,7 +214,7 @@ class _Heartbeat:
             )
             change.put_member(left)
             change.event(
-                EventType.MEMBER_LEFT, member.member_id, static=True, held=left.assigned.to_json()
+                EventType.MEMBER_LEFT, member.member_id, static=True, held=left.assigned.payload()
             )
             change.cancel((REVOCATION, member.member_id))
             change.schedule((SESSION, member.member_id), self.now_ms + change.fencing_session_ms())
@@ -222,7 +222,7 @@ class _Heartbeat:
             return self.result(self.response(STATIC_LEAVE_EPOCH))
         change.remove_member(member.member_id)
         change.event(
-            EventType.MEMBER_LEFT, member.member_id, static=False, released=member.owned.to_json()
+            EventType.MEMBER_LEFT, member.member_id, static=False, released=member.owned.payload()
         )
         change.cancel((SESSION, member.member_id))
         change.cancel((REVOCATION, member.member_id))
@@ -491,7 +491,7 @@ class _Heartbeat:
             member.member_id,
             request_epoch=req.member_epoch,
             member_epoch=member.member_epoch,
-            held=member.owned.to_json(),
+            held=member.owned.payload(),
             held_until_ms=until,
         )
         change.bump_epoch("member fenced", member_id=member.member_id)

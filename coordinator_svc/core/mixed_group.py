@@ -460,7 +460,7 @@ def translated_leave(
             EventType.MEMBER_LEFT,
             member_id,
             static=False,
-            released=member.owned.to_json(),
+            released=member.owned.payload(),
             reason=leaving.reason,
         )
         first_removed = first_removed or member_id
@@ -491,7 +491,7 @@ def deadline_missed(change: GroupChange, member_id: str) -> None:
         member_id,
         request_epoch=member.member_epoch,
         member_epoch=member.member_epoch,
-        held=member.owned.to_json(),
+        held=member.owned.payload(),
         held_until_ms=until,
         reason="missed its classic join or sync deadline",
     )

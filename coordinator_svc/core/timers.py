@@ -52,7 +52,7 @@ def on_timer(
     elif kind == HOLD:
         hold = change.release_hold(member_id)
         if hold is not None and now_ms >= hold.until_ms:
-            change.event(EventType.HOLD_RELEASED, member_id, released=hold.resources.to_json())
+            change.event(EventType.HOLD_RELEASED, member_id, released=hold.resources.payload())
         elif hold is not None:  # not due yet: a stale timer; keep the hold and re-arm
             change.add_hold(
                 hold.member_id, hold.resources, hold.until_ms, hold.principal, hold.instance_id
@@ -71,7 +71,7 @@ def _session_expired(change: GroupChange, member_id: str) -> None:
         EventType.MEMBER_SESSION_EXPIRED,
         member_id,
         static_left=member.state is MemberState.LEFT,
-        released=member.owned.to_json(),
+        released=member.owned.payload(),
     )
     change.bump_epoch("member session expired", member_id=member_id)
     change.reselect_assignor()
@@ -90,8 +90,8 @@ def _revocation_timed_out(change: GroupChange, member_id: str) -> None:
     change.event(
         EventType.REVOCATION_TIMED_OUT,
         member_id,
-        unrevoked=member.pending_revocation.to_json(),
-        held=member.owned.to_json(),
+        unrevoked=member.pending_revocation.payload(),
+        held=member.owned.payload(),
         held_until_ms=until,
     )
     change.bump_epoch("member revocation timed out", member_id=member_id)

@@ -27,7 +27,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from connect_protocol.resources import EMPTY, ResourceSet, TaskId
+from connect_protocol.resources import EMPTY, ResourceSet, SetJson, TaskId
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
 RANGES_ABOVE = 256
@@ -156,14 +156,16 @@ def tokens_from_column(data: Any) -> FencingTokens:
 
 def event_payload_column(payload: Mapping[str, Any]) -> dict[str, Any]:
     """An event's payload as stored: every resource set in it (`ResourceSet.to_json`'s shape,
-    `{"connectors", "tasks"}`) of more than `RANGES_ABOVE` tasks with its tasks as runs; the
-    rest as it is. The sets' task lists are in order, so a whole connector is one run."""
+    `{"connectors", "tasks"}`, or a `SetJson`) of more than `RANGES_ABOVE` tasks with its
+    tasks as runs, as `resources_column` writes a row's set; the rest as it is. The sets' task
+    lists are in order, so a whole connector is one run."""
     out = dict(payload)
-    if not _ranges:
-        return out
     for key, value in payload.items():
-        if (
-            isinstance(value, dict)
+        if isinstance(value, SetJson):  # written from the set itself, never as task objects
+            out[key] = resources_column(value.resources)
+        elif (
+            _ranges
+            and isinstance(value, dict)
             and isinstance(value.get("tasks"), list)
             and len(value["tasks"]) > RANGES_ABOVE
             and value.keys() <= {"connectors", "tasks"}
