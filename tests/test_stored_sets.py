@@ -42,6 +42,30 @@ def test_tokens_are_read_back_exactly_in_either_form(by_task: dict[TaskId, int],
     assert ("task_ranges" in column) is (len(by_task) > stored_sets.RANGES_ABOVE)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(
+        st.builds(TaskId, st.sampled_from(["a", "b", "c"]), st.integers(0, 40)),
+        st.integers(1, 3),
+        max_size=120,
+    )
+)
+def test_token_runs_are_the_maximal_runs_of_one_connector_and_token(
+    by_task: dict[TaskId, int],
+) -> None:
+    """The runs found by bisection (whole connectors under one token at once) are exactly the
+    ones a walk over every task finds."""
+    ordered = FencingTokens(dict(by_task)).ordered_tasks()
+    walked = stored_sets._walked_token_runs(ordered)
+    assert stored_sets._token_runs(ordered) == walked
+    for earlier, later in zip(walked, walked[1:], strict=False):
+        assert not (
+            earlier["connector"] == later["connector"]
+            and earlier["token"] == later["token"]
+            and earlier["last"] + 1 == later["first"]
+        )
+
+
 def test_a_share_of_whole_connectors_is_a_run_per_connector() -> None:
     share = ResourceSet.of(
         [f"conn-{c}" for c in range(100)],

@@ -24,6 +24,7 @@ a set in an event's payload of more than `RANGES_ABOVE` tasks is stored the same
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import itemgetter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +56,8 @@ def ranges_in_use() -> bool:
 
 _AFTER_EVERY_TASK = 1 << 64
 """A task number above any task's: (connector, it) sorts after each of the connector's tasks."""
+
+_TOKEN = itemgetter(1)
 
 
 def resources_column(resources: ResourceSet) -> dict[str, Any]:
@@ -120,6 +123,27 @@ def tokens_column(tokens: FencingTokens) -> dict[str, Any]:
 
 
 def _token_runs(ordered: Sequence[tuple[TaskId, int]]) -> list[dict[str, Any]]:
+    """The runs of consecutive tasks of a connector with one token, in order. A connector's
+    tasks are found by bisection, and those numbered without a gap under one token (a share is
+    mostly whole connectors granted together) are one run found by passes in C; only a
+    connector whose numbers or tokens vary is walked task by task (it was a Python step per
+    task of every reconciling member's row, issue 24)."""
+    runs: list[dict[str, Any]] = []
+    at, end = 0, len(ordered)
+    while at < end:
+        (connector, first), token = ordered[at]
+        stop = bisect_right(ordered, ((connector, _AFTER_EVERY_TASK),), at)
+        last = ordered[stop - 1][0][1]
+        segment = ordered[at:stop]
+        if last - first == stop - at - 1 and len(set(map(_TOKEN, segment))) == 1:
+            runs.append({"connector": connector, "first": first, "last": last, "token": token})
+        else:
+            runs.extend(_walked_token_runs(segment))
+        at = stop
+    return runs
+
+
+def _walked_token_runs(ordered: Sequence[tuple[TaskId, int]]) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     run: dict[str, Any] | None = None
     for (connector, number), token in ordered:
