@@ -24,8 +24,8 @@ a set in an event's payload of more than `RANGES_ABOVE` tasks is stored the same
 from __future__ import annotations
 
 from bisect import bisect_right
-from operator import itemgetter
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from connect_protocol.resources import EMPTY, ResourceSet, SetJson, TaskId
