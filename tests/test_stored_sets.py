@@ -3,6 +3,7 @@ exactly, plain below the threshold, ranges above it, small for whole connectors.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import given, settings
@@ -58,7 +59,7 @@ def test_token_runs_are_the_maximal_runs_of_one_connector_and_token(
     ordered = FencingTokens(dict(by_task)).ordered_tasks()
     walked = stored_sets._walked_token_runs(ordered)
     assert stored_sets._token_runs(ordered) == walked
-    for earlier, later in zip(walked, walked[1:], strict=False):
+    for earlier, later in itertools.pairwise(walked):
         assert not (
             earlier["connector"] == later["connector"]
             and earlier["token"] == later["token"]
