@@ -32,7 +32,7 @@ def brief(value: Any, depth: int = 0) -> Any:
     written): a long list's items past the first are never visited, and a scalar (most of what
     a line holds) is taken as it is, without a call (every event of the coordinator is logged,
     so this runs for every change: issue 24 measured it at a sixth of the coordinator's time
-    while 1,000 members joined). A value with a `log_brief(items)` method (an event's
+    while 1,000 members joined). A value with a `log_brief()` method (an event's
     `resources.SetJson`) gives its own."""
     if type(value) in _SCALARS or depth > 8:
         return value
@@ -40,20 +40,26 @@ def brief(value: Any, depth: int = 0) -> Any:
         return {k: v if type(v) in _SCALARS else brief(v, depth + 1) for k, v in value.items()}
     if isinstance(value, _SEQUENCES):
         if len(value) > LOG_LIST_ITEMS:
-            return {
-                "count": len(value),
-                "first": [
-                    v if type(v) in _SCALARS else brief(v, depth + 1)
-                    for v in islice(value, LOG_LIST_ITEMS)
-                ],
-            }
+            first = [
+                v if type(v) in _SCALARS else brief(v, depth + 1)
+                for v in islice(value, LOG_LIST_ITEMS)
+            ]
+            return clipped(first, len(value))
         if isinstance(value, (list, tuple)):
             return [v if type(v) in _SCALARS else brief(v, depth + 1) for v in value]
         return value
     short = getattr(value, "log_brief", None)  # a value that knows its own brief form
     if short is not None:
-        return short(LOG_LIST_ITEMS)
+        return short()
     return value
+
+
+def clipped(first: list[Any], count: int) -> Any:
+    """A list of `count` items as a log line writes it, given its first LOG_LIST_ITEMS (or
+    more) items: the list itself, or past LOG_LIST_ITEMS {"count", "first"}."""
+    if count <= LOG_LIST_ITEMS:
+        return first
+    return {"count": count, "first": first[:LOG_LIST_ITEMS]}
 
 
 class JsonFormatter(logging.Formatter):

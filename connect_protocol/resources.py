@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import filterfalse, islice
 from typing import NamedTuple, Protocol
 
+from .logs import LOG_LIST_ITEMS, clipped
 from .ordering import sorted_in_chunks
 
 
@@ -200,23 +201,16 @@ class SetJson(Mapping[str, object]):
     def __repr__(self) -> str:
         return f"SetJson({self.resources.describe()})"
 
-    def log_brief(self, items: int) -> dict[str, object]:
-        """Its log form: the count and first `items` of each list, in O(items)."""
-        connectors = self.resources.sorted_connectors()
+    def log_brief(self) -> dict[str, object]:
+        """Its log form (`logs.brief`'s for the dict), built in O(LOG_LIST_ITEMS)."""
         tasks = self.resources.ordered_tasks()
+        first = [{"connector": c, "task": n} for c, n in islice(tasks, LOG_LIST_ITEMS)]
         return {
-            "connectors": _brief_list(connectors, items),
-            "tasks": _brief_list(
-                [{"connector": c, "task": n} for c, n in islice(tasks, items)], items, len(tasks)
+            "connectors": clipped(
+                self.resources.sorted_connectors(), len(self.resources.connectors)
             ),
+            "tasks": clipped(first, len(tasks)),
         }
-
-
-def _brief_list(values: Sequence[object], items: int, count: int | None = None) -> object:
-    count = len(values) if count is None else count
-    if count <= items:
-        return values[:items]
-    return {"count": count, "first": values[:items]}
 
 
 def _kept_order(

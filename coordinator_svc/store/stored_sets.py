@@ -24,7 +24,7 @@ a set in an event's payload of more than `RANGES_ABOVE` tasks is stored the same
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -74,10 +74,7 @@ def task_runs(resources: ResourceSet) -> list[dict[str, Any]]:
     for whole connectors."""
     ordered = resources.ordered_tasks()
     runs: list[dict[str, Any]] = []
-    at, end = 0, len(ordered)
-    while at < end:
-        connector = ordered[at][0]
-        stop = bisect_right(ordered, (connector, _AFTER_EVERY_TASK), at)
+    for connector, at, stop in _connector_spans(ordered, paired=False):
         first, last = ordered[at][1], ordered[stop - 1][1]
         if last - first == stop - at - 1:  # distinct and sorted: no gap
             runs.append({"connector": connector, "first": first, "last": last})
@@ -89,8 +86,19 @@ def task_runs(resources: ResourceSet) -> list[dict[str, Any]]:
                 else:
                     run = {"connector": connector, "first": number, "last": number}
                     runs.append(run)
-        at = stop
     return runs
+
+
+def _connector_spans(ordered: Sequence[Any], paired: bool) -> Iterator[tuple[str, int, int]]:
+    """(connector, start, stop) of each connector's entries in `ordered`, sorted tasks (or with
+    `paired`, sorted (task, token) pairs), each connector's end found by bisection."""
+    at, end = 0, len(ordered)
+    while at < end:
+        connector = ordered[at][0][0] if paired else ordered[at][0]
+        probe = (connector, _AFTER_EVERY_TASK)  # after each of the connector's tasks
+        stop = bisect_right(ordered, (probe,) if paired else probe, at)
+        yield connector, at, stop
+        at = stop
 
 
 def resources_from_column(data: Any) -> ResourceSet:
@@ -129,17 +137,14 @@ def _token_runs(ordered: Sequence[tuple[TaskId, int]]) -> list[dict[str, Any]]:
     connector whose numbers or tokens vary is walked task by task (it was a Python step per
     task of every reconciling member's row, issue 24)."""
     runs: list[dict[str, Any]] = []
-    at, end = 0, len(ordered)
-    while at < end:
-        (connector, first), token = ordered[at]
-        stop = bisect_right(ordered, ((connector, _AFTER_EVERY_TASK),), at)
+    for connector, at, stop in _connector_spans(ordered, paired=True):
+        (_, first), token = ordered[at]
         last = ordered[stop - 1][0][1]
         segment = ordered[at:stop]
         if last - first == stop - at - 1 and len(set(map(_TOKEN, segment))) == 1:
             runs.append({"connector": connector, "first": first, "last": last, "token": token})
         else:
             runs.extend(_walked_token_runs(segment))
-        at = stop
     return runs
 
 
