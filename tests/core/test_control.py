@@ -389,11 +389,15 @@ class ControlMachine(LifecycleMachine):
         state = self.h.state
         if state is None:
             return
+        seen: dict[tuple[str, int], int] = {}
         for connector, by_task in state.statuses.items():
             for task, status in by_task.items():
                 key = (connector, task)
                 assert status.restart_count >= self.counts.get(key, 0), key
-                self.counts[key] = status.restart_count
+                seen[key] = status.restart_count
+        # A status dropped (its task no longer exists: a STOPPED connector, a lower task count,
+        # issue 29) takes its count with it; a task that exists again starts from 0.
+        self.counts = seen
 
 
 ControlMachine.TestCase.settings = settings(
