@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from itertools import filterfalse, islice
+from itertools import chain, filterfalse, islice
+from operator import itemgetter
 from typing import NamedTuple, Protocol
 
 from .logs import LOG_LIST_ITEMS, clipped
@@ -29,25 +30,159 @@ class TaskId(NamedTuple):
 DESCRIBE_ITEMS = 20
 """Names a `ResourceSet.describe` writes before it only counts."""
 
+_TASK_NUMBER = itemgetter(1)
 
-@dataclass(frozen=True, slots=True)
+
+class ConnectorTasks(frozenset[TaskId]):
+    """One connector's tasks in a set kept by connector (`ResourceSet.by_connector`): a
+    frozenset of its `TaskId`s (never empty), with what is derived from it once and kept: its
+    tasks in order, and (kept by `connect_protocol.wire`) their wire entries' bytes. Shared, not
+    copied, by every set that holds exactly these tasks of the connector, so that an operation
+    on two sets skips a connector both hold the same object for in O(1)."""
+
+    __slots__ = ("_ordered", "_runs", "wire")
+
+    _ordered: tuple[TaskId, ...] | None
+    _runs: tuple[tuple[int, int], ...] | None
+    wire: bytes | None
+
+    def __new__(
+        cls, tasks: Iterable[TaskId] = (), ordered: tuple[TaskId, ...] | None = None
+    ) -> ConnectorTasks:
+        self = super().__new__(cls, tasks)
+        self._ordered = ordered
+        self._runs = None
+        self.wire = None
+        return self
+
+    def order_if_known(self) -> tuple[TaskId, ...] | None:
+        """`ordered()` if computed already, else None (nothing is sorted)."""
+        return self._ordered
+
+    def lowest(self) -> TaskId:
+        """Its task with the lowest number (O(1) once its order is known)."""
+        ordered = self._ordered
+        return ordered[0] if ordered is not None else min(self, key=_TASK_NUMBER)
+
+    def ordered(self) -> tuple[TaskId, ...]:
+        """Its tasks by number, sorted on the first call only."""
+        ordered = self._ordered
+        if ordered is None:
+            ordered = self._ordered = tuple(sorted(self, key=_TASK_NUMBER))
+        return ordered
+
+    def runs(self) -> tuple[tuple[int, int], ...]:
+        """Its task numbers as (first, last) runs without a gap, in order; computed once (one
+        run without a look at each task when its numbers have no gap)."""
+        runs = self._runs
+        if runs is None:
+            ordered = self.ordered()
+            first, last = ordered[0][1], ordered[-1][1]
+            if last - first == len(ordered) - 1:
+                runs = ((first, last),)
+            else:
+                found: list[tuple[int, int]] = []
+                start = previous = first
+                for _, number in islice(ordered, 1, None):
+                    if number != previous + 1:
+                        found.append((start, previous))
+                        start = number
+                    previous = number
+                found.append((start, previous))
+                runs = tuple(found)
+            self._runs = runs
+        return runs
+
+
+Shards = dict[str, ConnectorTasks]
+"""A set's tasks by connector: connectors with no task in the set are absent."""
+
+
+def _sharded(tasks: frozenset[TaskId], ordered: tuple[TaskId, ...] | None) -> Shards:
+    """`tasks` by connector; from `ordered` (exactly `tasks`, sorted) by bisection when known."""
+    shards: Shards = {}
+    if ordered is not None:
+        at, end = 0, len(ordered)
+        while at < end:
+            connector = ordered[at][0]
+            stop = bisect_left(ordered, (connector, 1 << 62), at, end)
+            run = ordered[at:stop]
+            shards[connector] = ConnectorTasks(run, run)
+            at = stop
+        return shards
+    grouped: dict[str, list[TaskId]] = {}
+    for task in tasks:
+        listed = grouped.get(task[0])
+        if listed is None:
+            grouped[task[0]] = [task]
+        else:
+            listed.append(task)
+    for connector, listed in grouped.items():
+        shards[connector] = ConnectorTasks(listed)
+    return shards
+
+
+SHARD_SMALL = 64
+"""A set of at most this many tasks kept as one frozenset is split by connector to meet a set
+kept by connector (cheaper than joining the other's connectors into one frozenset)."""
+
+
 class ResourceSet:
     """An immutable set of connectors and tasks, with the usual set algebra.
 
-    Its tasks in order are computed once per set and kept (`ordered_tasks`): a member's
-    10,000-task assignment is written to its row, sent in answers and described, and a sort of
-    10,000 tasks costs milliseconds each time (issue 24). So are the tasks' JSON objects
-    (`to_json`), which a member's row and the event of the same change both write.
+    Its tasks are kept in one of two forms, or both, each built from the other when first
+    needed and kept: one frozenset of `TaskId`s (`tasks`), or a `ConnectorTasks` per connector
+    (`by_connector`). A set built from a list of tasks starts as the first; the coordinator's
+    shares and catalogue (decoded from the wire, built from the catalogue, and every result of
+    an operation on two such sets) as the second. An operation on two sets kept by connector
+    costs O(connectors + the tasks of connectors whose tasks differ): a connector whose tasks
+    both sets share (the same `ConnectorTasks`) is skipped in O(1), so a 10,000-task share
+    changed by a few tasks is not walked task by task, nor sorted again (issue 24). Otherwise the
+    operation runs on the frozensets in C, as it always has.
+
+    Its tasks in order are computed once per set and kept (`ordered_tasks`); so are the tasks'
+    JSON objects (`to_json`), which a member's row and the event of the same change both write.
     """
 
-    connectors: frozenset[str] = frozenset()
-    tasks: frozenset[TaskId] = frozenset()
-    _ordered_tasks: tuple[TaskId, ...] | None = field(
-        default=None, init=False, repr=False, compare=False, hash=False
-    )
-    _tasks_json: list[dict[str, object]] | None = field(
-        default=None, init=False, repr=False, compare=False, hash=False
-    )
+    __slots__ = ("_ordered_tasks", "_shards", "_size", "_tasks", "_tasks_json", "connectors")
+
+    connectors: frozenset[str]
+    _tasks: frozenset[TaskId] | None
+    _shards: Shards | None
+    _size: int
+    _ordered_tasks: tuple[TaskId, ...] | None
+    _tasks_json: list[dict[str, object]] | None
+
+    def __init__(
+        self, connectors: frozenset[str] = frozenset(), tasks: frozenset[TaskId] = frozenset()
+    ) -> None:
+        self.connectors = connectors
+        self._tasks = tasks
+        self._shards = None if tasks else {}
+        self._size = len(tasks)
+        self._ordered_tasks = None
+        self._tasks_json = None
+
+    @staticmethod
+    def kept_by_connector_from(
+        connectors: frozenset[str], shards: Shards, size: int | None = None
+    ) -> ResourceSet:
+        """The set of `connectors` and the tasks of `shards` (each non-empty, each holding only
+        its connector's tasks; `size`: their total, when known), owned by it from now on."""
+        return ResourceSet._kept_by_connector(connectors, shards, size)
+
+    @staticmethod
+    def _kept_by_connector(
+        connectors: frozenset[str], shards: Shards, size: int | None = None
+    ) -> ResourceSet:
+        out = ResourceSet.__new__(ResourceSet)
+        out.connectors = connectors
+        out._tasks = None if shards else frozenset()
+        out._shards = shards
+        out._size = sum(map(len, shards.values())) if size is None else size
+        out._ordered_tasks = None
+        out._tasks_json = None
+        return out
 
     @staticmethod
     def of(
@@ -64,61 +199,204 @@ class ResourceSet:
     ) -> ResourceSet:
         """A set whose tasks' order is already known (`ordered`: exactly `tasks`, sorted)."""
         out = ResourceSet(connectors, tasks)
-        if ordered is not None:
-            object.__setattr__(out, "_ordered_tasks", ordered)
+        out._ordered_tasks = ordered
         return out
 
-    # The set algebra keeps a known order: a share changes by a few tasks at a time, and sorting
-    # 10,000 tasks again after each change cost more than the change (issue 24). A result's
-    # order is taken from an operand's (filtered in C, or two sorted runs merged by one timsort
-    # pass) when that operand's order is known and not much longer than the result.
+    @staticmethod
+    def by_connector_of(
+        connectors: frozenset[str], ordered: tuple[TaskId, ...] | list[TaskId]
+    ) -> ResourceSet:
+        """The set of `connectors` and the tasks `ordered` (sorted, no task twice), kept by
+        connector: split by bisection, O(connectors x log tasks) plus copies in C."""
+        listed = ordered if isinstance(ordered, tuple) else tuple(ordered)
+        out = ResourceSet._kept_by_connector(connectors, _sharded(frozenset(), listed), len(listed))
+        out._ordered_tasks = listed
+        return out
+
+    # --- the two forms ---------------------------------------------------------------------
+
+    @property
+    def tasks(self) -> frozenset[TaskId]:
+        """Every task, as one frozenset (joined from the connectors' on first use)."""
+        tasks = self._tasks
+        if tasks is None:
+            tasks = self._tasks = frozenset().union(*self._shards.values())  # type: ignore[union-attr]
+        return tasks
+
+    def by_connector(self) -> Mapping[str, ConnectorTasks]:
+        """Its tasks by connector (split from `tasks` on first use). Not to be changed."""
+        shards = self._shards
+        if shards is None:
+            shards = self._shards = _sharded(self.tasks, self._ordered_tasks)
+        return shards
+
+    def kept_by_connector(self) -> Mapping[str, ConnectorTasks] | None:
+        """`by_connector` if the set is kept so already, else None (nothing is split)."""
+        return self._shards
+
+    def task_count(self) -> int:
+        return self._size
+
+    def _shards_with(self, other: ResourceSet) -> tuple[Shards, Shards] | None:
+        """Both sets' tasks by connector, when the operation should run on them: both kept so,
+        or one kept so and the other small."""
+        mine, theirs = self._shards, other._shards
+        if mine is not None:
+            if theirs is not None:
+                return mine, theirs
+            if other._size <= SHARD_SMALL:
+                return mine, other.by_connector()  # type: ignore[return-value]
+        elif theirs is not None and self._size <= SHARD_SMALL:
+            return self.by_connector(), theirs  # type: ignore[return-value]
+        return None
+
+    # --- the set algebra -------------------------------------------------------------------
+    #
+    # On frozensets, the algebra keeps a known order: a share changes by a few tasks at a time,
+    # and sorting 10,000 tasks again after each change cost more than the change (issue 24). A
+    # result's order is taken from an operand's (filtered in C, or two sorted runs merged by one
+    # timsort pass) when that operand's order is known and not much longer than the result. By
+    # connector, each connector's order is kept the same way, and a set's order is its
+    # connectors' orders joined.
 
     def __or__(self, other: ResourceSet) -> ResourceSet:
         # Sets are immutable: a union with nothing is the other side itself, not a copy.
-        if not other.tasks and other.connectors <= self.connectors:
+        if not other._size and other.connectors <= self.connectors:
             return self
-        if not self.tasks and self.connectors <= other.connectors:
+        if not self._size and self.connectors <= other.connectors:
             return other
+        both = self._shards_with(other)
+        if both is not None:
+            mine, theirs = both
+            if len(theirs) > len(mine):
+                mine, theirs = theirs, mine
+            shards = dict(mine)
+            for connector, t in theirs.items():
+                s = shards.get(connector)
+                if s is None:
+                    shards[connector] = t
+                elif s is not t:
+                    shards[connector] = _joined(s, t)
+            return ResourceSet._kept_by_connector(self.connectors | other.connectors, shards)
         tasks = self.tasks | other.tasks
         ordered: tuple[TaskId, ...] | None = None
-        mine, theirs = self._ordered_tasks, other._ordered_tasks
-        if mine is not None and (theirs is not None or len(other.tasks) * 4 <= len(mine)):
-            added = [*filterfalse(self.tasks.__contains__, theirs or other.tasks)]
-            if theirs is None:
+        mine_o, theirs_o = self._ordered_tasks, other._ordered_tasks
+        if mine_o is not None and (theirs_o is not None or other._size * 4 <= len(mine_o)):
+            added = [*filterfalse(self.tasks.__contains__, theirs_o or other.tasks)]
+            if theirs_o is None:
                 added = sorted_in_chunks(added)
-            ordered = tuple(sorted((*mine, *added))) if added else mine
-        elif theirs is not None and len(self.tasks) * 4 <= len(theirs):
+            ordered = tuple(sorted((*mine_o, *added))) if added else mine_o
+        elif theirs_o is not None and self._size * 4 <= len(theirs_o):
             added = sorted_in_chunks(filterfalse(other.tasks.__contains__, self.tasks))
-            ordered = tuple(sorted((*theirs, *added))) if added else theirs
+            ordered = tuple(sorted((*theirs_o, *added))) if added else theirs_o
         return ResourceSet.in_order(self.connectors | other.connectors, tasks, ordered)
 
     def __and__(self, other: ResourceSet) -> ResourceSet:
+        both = self._shards_with(other)
+        if both is not None:
+            mine, theirs = both
+            if len(theirs) < len(mine):
+                mine, theirs = theirs, mine
+            shards: Shards = {}
+            for connector, s in mine.items():
+                t = theirs.get(connector)
+                if t is None:
+                    continue
+                if t is s:
+                    shards[connector] = s
+                    continue
+                common = s & t
+                if common:
+                    shards[connector] = _narrowed(common, s, t)
+            return ResourceSet._kept_by_connector(self.connectors & other.connectors, shards)
         tasks = self.tasks & other.tasks
         source = self._ordered_tasks
-        theirs = other._ordered_tasks
-        if theirs is not None and (source is None or len(theirs) < len(source)):
-            source = theirs
+        theirs_o = other._ordered_tasks
+        if theirs_o is not None and (source is None or len(theirs_o) < len(source)):
+            source = theirs_o
         return ResourceSet.in_order(
             self.connectors & other.connectors, tasks, _kept_order(tasks, source)
         )
 
     def __sub__(self, other: ResourceSet) -> ResourceSet:
+        both = self._shards_with(other)
+        if both is not None:
+            mine, theirs = both
+            if not theirs:
+                shards = mine
+            elif len(theirs) < len(mine):  # walk the smaller side's connectors
+                shards = dict(mine)
+                for connector, t in theirs.items():
+                    held = shards.get(connector)
+                    if held is not None:
+                        _put_difference(shards, connector, held, t)
+            else:
+                shards = {}
+                for connector, s in mine.items():
+                    taken = theirs.get(connector)
+                    if taken is None:
+                        shards[connector] = s
+                    else:
+                        _put_difference(shards, connector, s, taken)
+            if shards is mine and not (self.connectors & other.connectors):
+                return self
+            return ResourceSet._kept_by_connector(self.connectors - other.connectors, shards)
         tasks = self.tasks - other.tasks
         return ResourceSet.in_order(
             self.connectors - other.connectors, tasks, _kept_order(tasks, self._ordered_tasks)
         )
 
     def __le__(self, other: ResourceSet) -> bool:
-        return self.connectors <= other.connectors and self.tasks <= other.tasks
+        if self._size > other._size or not self.connectors <= other.connectors:
+            return False
+        both = self._shards_with(other)
+        if both is None:
+            return self.tasks <= other.tasks
+        mine, theirs = both
+        for connector, s in mine.items():
+            t = theirs.get(connector)
+            if t is None or (t is not s and not s <= t):
+                return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ResourceSet):
+            return NotImplemented
+        if self._size != other._size or self.connectors != other.connectors:
+            return False
+        mine, theirs = self._shards, other._shards
+        if mine is not None and theirs is not None:
+            return mine == theirs  # per connector: the same object, or equal frozensets (in C)
+        return self.tasks == other.tasks
+
+    def __hash__(self) -> int:
+        return hash((self.connectors, self.tasks))
+
+    def __repr__(self) -> str:
+        return f"ResourceSet(connectors={self.connectors!r}, tasks={self.tasks!r})"
 
     def __bool__(self) -> bool:
-        return bool(self.connectors) or bool(self.tasks)
+        return bool(self.connectors) or bool(self._size)
 
     def __len__(self) -> int:
-        return len(self.connectors) + len(self.tasks)
+        return len(self.connectors) + self._size
 
     def isdisjoint(self, other: ResourceSet) -> bool:
-        return self.connectors.isdisjoint(other.connectors) and self.tasks.isdisjoint(other.tasks)
+        if not self.connectors.isdisjoint(other.connectors):
+            return False
+        both = self._shards_with(other)
+        if both is None:
+            return self.tasks.isdisjoint(other.tasks)
+        mine, theirs = both
+        if len(theirs) < len(mine):
+            mine, theirs = theirs, mine
+        for connector, s in mine.items():
+            t = theirs.get(connector)
+            if t is not None and (t is s or not s.isdisjoint(t)):
+                return False
+        return True
 
     def sorted_connectors(self) -> list[str]:
         return sorted(self.connectors)
@@ -127,22 +405,27 @@ class ResourceSet:
         return list(self.ordered_tasks())
 
     def ordered_tasks(self) -> tuple[TaskId, ...]:
-        """The tasks sorted by (connector, task), sorted on the first call only."""
+        """The tasks sorted by (connector, task), sorted on the first call only (kept by
+        connector: each connector's order, kept with its tasks, joined)."""
         ordered = self._ordered_tasks
         if ordered is None:
-            ordered = tuple(sorted_in_chunks(self.tasks))  # (connector, task) tuples: in C
-            object.__setattr__(self, "_ordered_tasks", ordered)
+            shards = self._shards
+            if shards is not None:
+                ordered = tuple(chain.from_iterable(shards[c].ordered() for c in sorted(shards)))
+            else:
+                ordered = tuple(sorted_in_chunks(self.tasks))  # (connector, task) tuples: in C
+            self._ordered_tasks = ordered
         return ordered
 
     def names(self) -> Iterator[str]:
         """Every resource as a display name: connectors as `A`, tasks as `A-0`, sorted."""
         yield from self.sorted_connectors()
-        yield from (str(t) for t in self.sorted_tasks())
+        yield from (str(t) for t in self.ordered_tasks())
 
     def describe(self, limit: int = DESCRIBE_ITEMS) -> str:
         """The set for a message: its first `limit` names, then how many there are in all (an
         install refused for 100,000 unassigned tasks was answered with all their names)."""
-        size = len(self.connectors) + len(self.tasks)
+        size = len(self)
         shown = ", ".join(islice(self.names(), limit))
         if size <= limit:
             return f"[{shown}]"
@@ -155,7 +438,7 @@ class ResourceSet:
         tasks_json = self._tasks_json
         if tasks_json is None:
             tasks_json = [{"connector": c, "task": n} for c, n in self.ordered_tasks()]
-            object.__setattr__(self, "_tasks_json", tasks_json)
+            self._tasks_json = tasks_json
         return {"connectors": self.sorted_connectors(), "tasks": list(tasks_json)}
 
     def payload(self) -> SetJson:
@@ -225,9 +508,55 @@ def _kept_order(
     return tuple(filter(tasks.__contains__, source))
 
 
+def _joined(mine: ConnectorTasks, theirs: ConnectorTasks) -> ConnectorTasks:
+    """One connector's tasks in either of two sets (an operand itself when it holds them all)."""
+    tasks = mine | theirs
+    if len(tasks) == len(mine):
+        return mine
+    if len(tasks) == len(theirs):
+        return theirs
+    ordered = None
+    if mine._ordered is not None and theirs._ordered is not None:  # two runs: one merge pass
+        added = filterfalse(mine.__contains__, theirs._ordered)
+        ordered = tuple(sorted((*mine._ordered, *added), key=_TASK_NUMBER))
+    return ConnectorTasks(tasks, ordered)
+
+
+def _narrowed(
+    common: frozenset[TaskId], mine: ConnectorTasks, theirs: ConnectorTasks
+) -> ConnectorTasks:
+    """One connector's tasks in both of two sets (an operand itself when it is all of them)."""
+    if len(common) == len(mine):
+        return mine
+    if len(common) == len(theirs):
+        return theirs
+    source = mine if len(mine) <= len(theirs) else theirs
+    return ConnectorTasks(common, _kept_order(common, source._ordered))
+
+
+def _put_difference(
+    shards: Shards, connector: str, mine: ConnectorTasks, theirs: ConnectorTasks
+) -> None:
+    """`shards[connector]` = `mine` without `theirs` (absent when that is empty)."""
+    rest = mine - theirs if theirs is not mine else frozenset()
+    if not rest:
+        shards.pop(connector, None)
+    elif len(rest) == len(mine):
+        shards[connector] = mine
+    else:
+        shards[connector] = ConnectorTasks(rest, _kept_order(rest, mine._ordered))
+
+
+def _numbered(name: str, task_count: int) -> ConnectorTasks:
+    """Tasks 0..task_count-1 of connector `name`, in order."""
+    ordered = tuple(TaskId(name, i) for i in range(task_count))
+    return ConnectorTasks(ordered, ordered)
+
+
 def connector_resources(name: str, task_count: int) -> ResourceSet:
     """The resources of one connector: the connector itself and tasks 0..task_count-1."""
-    return ResourceSet(frozenset((name,)), frozenset(TaskId(name, i) for i in range(task_count)))
+    shards = {name: _numbered(name, task_count)} if task_count > 0 else {}
+    return ResourceSet._kept_by_connector(frozenset((name,)), shards)
 
 
 class _HasResources(Protocol):
@@ -238,13 +567,15 @@ class _HasResources(Protocol):
 
 
 def catalogue_resources(connectors: Iterable[_HasResources]) -> ResourceSet:
-    """Every connector and task of a catalogue, built in one pass (O(resources))."""
+    """Every connector and task of a catalogue, kept by connector, built in one pass
+    (O(resources))."""
     names: list[str] = []
-    tasks: list[TaskId] = []
+    shards: Shards = {}
     for connector in connectors:
         names.append(connector.name)
-        tasks.extend(TaskId(connector.name, i) for i in range(connector.task_count))
-    return ResourceSet(frozenset(names), frozenset(tasks))
+        if connector.task_count > 0:
+            shards[connector.name] = _numbered(connector.name, connector.task_count)
+    return ResourceSet._kept_by_connector(frozenset(names), shards)
 
 
 CatalogueChange = tuple[str, int | None, int | None]
@@ -252,45 +583,46 @@ CatalogueChange = tuple[str, int | None, int | None]
 
 
 def catalogue_with(base: ResourceSet, changes: Iterable[CatalogueChange]) -> ResourceSet:
-    """`base` (a catalogue's resources) with connectors added, resized or removed: one copy of
-    `base`'s sets (in C) plus O(tasks added or removed) in Python, never a task of an unchanged
-    connector built again. When `base`'s order is known the result's is too (the kept tasks
-    filtered and the added merged in, in C), so a Prepare after the change does not sort the
-    whole catalogue."""
+    """`base` (a catalogue's resources: each connector's tasks numbered from 0) with connectors
+    added, resized or removed, kept by connector: one copy of `base`'s connector map (in C)
+    plus the changed connectors' tasks, never a task of an unchanged connector touched."""
     connectors = set(base.connectors)
-    tasks = set(base.tasks)
-    added: list[TaskId] = []
-    shrunk = False
-    for name, was, now in changes:
-        before = 0 if was is None else was
+    shards = dict(base.by_connector())
+    for name, _was, now in changes:
         after = 0 if now is None else now
         if now is None:
             connectors.discard(name)
         else:
             connectors.add(name)
-        if after < before:
-            tasks.difference_update(TaskId(name, i) for i in range(after, before))
-            shrunk = True
-        elif after > before:
-            more = [TaskId(name, i) for i in range(before, after)]
-            tasks.update(more)
-            added.extend(more)
-    frozen = frozenset(tasks)
-    ordered = base._ordered_tasks
-    if ordered is not None and (added or shrunk):
-        # The kept tasks in base's order, then the new ones (every task not in base was added).
-        kept = [*filter(frozen.__contains__, ordered)] if shrunk else [*ordered]
-        kept.extend(sorted_in_chunks(frozen.intersection(added).difference(base.tasks)))
-        kept.sort()  # two sorted runs: one merge pass
-        ordered = tuple(kept)
-    return ResourceSet.in_order(frozenset(connectors), frozen, ordered)
+        kept = shards.get(name)
+        before = 0 if kept is None else len(kept)
+        if after == before:
+            continue
+        if after == 0:
+            shards.pop(name, None)
+        elif kept is not None and after < before:
+            ordered = kept.ordered()[:after]
+            shards[name] = ConnectorTasks(ordered, ordered)
+        else:
+            ordered = (
+                *(kept.ordered() if kept is not None else ()),
+                *(TaskId(name, i) for i in range(before, after)),
+            )
+            shards[name] = ConnectorTasks(ordered, ordered)
+    return ResourceSet._kept_by_connector(frozenset(connectors), shards)
 
 
 def union(sets: Iterable[ResourceSet]) -> ResourceSet:
     """The union of many sets in one pass (O(total size)), not one copy per set."""
+    listed = list(sets)
+    if listed and all(s._shards is not None for s in listed):
+        out = EMPTY
+        for s in listed:
+            out = out | s
+        return out
     connectors: set[str] = set()
     tasks: set[TaskId] = set()
-    for s in sets:
+    for s in listed:
         connectors.update(s.connectors)
         tasks.update(s.tasks)
     return ResourceSet(frozenset(connectors), frozenset(tasks))

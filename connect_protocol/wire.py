@@ -5,6 +5,7 @@ the agent's `wire` build on it for the messages only one side reads."""
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable
 from functools import partial
 from itertools import islice
@@ -15,9 +16,9 @@ from connect.group.v1 import common_pb2, coordinator_pb2
 
 from .errors import ErrorCode
 from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatResponse
-from .resources import ResourceSet, TaskId
-from .tokens import FencingTokens, Resource
-from .wire_entries import split_resources, task_entries, token_entries
+from .resources import ConnectorTasks, ResourceSet, TaskId
+from .tokens import ConnectorTokens, FencingTokens, Resource
+from .wire_entries import split_entries, task_entries, token_entries
 
 
 def wire_code(code: int) -> common_pb2.ErrorCode:
@@ -54,8 +55,8 @@ class _WireSets:
         found = self._by_bytes.get(key)
         if found is not None:
             return found
-        split = split_resources(key)
-        decoded = _decode_large(msg) if split is None else _listed(*split)
+        split = split_entries(key)
+        decoded = _decode_large(msg) if split is None else _split_listed(*split)
         with self._lock:
             self.decoded += 1
             self._keep(key, decoded)
@@ -83,11 +84,11 @@ class _WireSets:
         kept = self._by_bytes.setdefault(key, resources)
         self._by_set[id(kept)] = (kept, key)
         if kept is resources:
-            self._tasks += len(resources.tasks)
+            self._tasks += resources.task_count()
         while self._tasks > self.max_tasks and self._by_bytes:
             oldest = next(iter(self._by_bytes))
             dropped = self._by_bytes.pop(oldest)
-            self._tasks -= len(dropped.tasks)
+            self._tasks -= dropped.task_count()
             entry = self._by_set.get(id(dropped))
             if entry is not None and entry[0] is dropped:
                 del self._by_set[id(dropped)]
@@ -121,13 +122,73 @@ def _decode_large(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
 
 
 def _listed(connectors: Iterable[str], listed: list[TaskId]) -> ResourceSet:
-    """The set of `listed`, keeping their order when it is sorted (as every encoder here sends
-    it): checking costs one comparison per task, a sort later about fourteen."""
-    tasks = frozenset(listed)
-    ordered = None
-    if len(tasks) == len(listed) and all(map(lt, listed, islice(listed, 1, None))):
-        ordered = tuple(listed)
-    return ResourceSet.in_order(frozenset(connectors), tasks, ordered)
+    """The set of `listed`, kept by connector when it is sorted without a task twice (as every
+    encoder here sends it): checking costs one comparison per task, a sort later about
+    fourteen."""
+    if all(map(lt, listed, islice(listed, 1, None))):
+        return ResourceSet.by_connector_of(frozenset(connectors), listed)
+    return ResourceSet(frozenset(connectors), frozenset(listed))
+
+
+class _SeenConnectorTasks:
+    """A connector's tasks lately encoded or decoded, by their entries' bytes, so that a set
+    decoded holds the very `ConnectorTasks` that were sent (or received before) wherever a
+    connector's entries are the same: an owned list or an Install share that echoes part of
+    what a member was sent then shares those connectors with the member's sets, and the set
+    algebra on them skips them in O(1) (`ResourceSet`). Bounded by the tasks it holds (it
+    starts afresh)."""
+
+    def __init__(self, max_tasks: int) -> None:
+        self.max_tasks = max_tasks
+        self._by_bytes: dict[bytes, ConnectorTasks] = {}
+        self._tasks = 0
+
+    def entries(self, held: ConnectorTasks) -> bytes:
+        """`held`'s entries in order (built once per `ConnectorTasks`), and `held` remembered."""
+        entries = held.wire
+        if entries is None:
+            entries = held.wire = task_entries(held.ordered())
+            self._keep(entries, held)
+        return entries
+
+    def decoded(self, entries: bytes, ordered: tuple[TaskId, ...]) -> ConnectorTasks:
+        """The `ConnectorTasks` of one connector's `entries` (its tasks `ordered`)."""
+        held = self._by_bytes.get(entries)
+        if held is None:
+            held = ConnectorTasks(ordered, ordered)
+            held.wire = entries
+            self._keep(entries, held)
+        return held
+
+    def _keep(self, entries: bytes, held: ConnectorTasks) -> None:
+        if self._tasks + len(held) > self.max_tasks:
+            self._by_bytes.clear()
+            self._tasks = 0
+        self._by_bytes[entries] = held
+        self._tasks += len(held)
+
+
+_seen_connector_tasks = _SeenConnectorTasks(max_tasks=400_000)
+
+_AFTER_EVERY_TASK = 1 << 62
+"""A task number above any task's (an int32): (connector, it) sorts after the connector's tasks."""
+
+
+def _split_listed(connectors: list[str], entries: list[bytes], listed: list[TaskId]) -> ResourceSet:
+    """`_listed`, and when `listed` is sorted each connector's tasks are the `ConnectorTasks`
+    their entries were lately (`_SeenConnectorTasks`)."""
+    if not all(map(lt, listed, islice(listed, 1, None))):
+        return ResourceSet(frozenset(connectors), frozenset(listed))
+    shards: dict[str, ConnectorTasks] = {}
+    at, end = 0, len(listed)
+    while at < end:
+        connector = listed[at][0]
+        stop = bisect_left(listed, (connector, _AFTER_EVERY_TASK), at, end)
+        shards[connector] = _seen_connector_tasks.decoded(
+            b"".join(entries[at:stop]), tuple(listed[at:stop])
+        )
+        at = stop
+    return ResourceSet.kept_by_connector_from(frozenset(connectors), shards, end)
 
 
 def resources_to(
@@ -136,7 +197,7 @@ def resources_to(
     """`resources` appended to `msg` (or a new message), each kind sorted; a large set encoded
     or decoded lately is copied from its bytes."""
     out = msg if msg is not None else common_pb2.ConnectorsAndTasks()
-    if len(resources.tasks) < WIRE_CACHE_MIN_TASKS:
+    if resources.task_count() < WIRE_CACHE_MIN_TASKS:
         _encode(resources, out)
     else:
         _wire_sets.encode(resources, out)
@@ -145,8 +206,18 @@ def resources_to(
 
 def _encode(resources: ResourceSet, out: common_pb2.ConnectorsAndTasks) -> None:
     out.connectors.extend(resources.sorted_connectors())
-    if resources.tasks:  # appended after what `out` holds, as protobuf writes them
-        out.MergeFromString(task_entries(resources.ordered_tasks()))
+    if resources.task_count():  # appended after what `out` holds, as protobuf writes them
+        out.MergeFromString(_task_bytes(resources))
+
+
+def _task_bytes(resources: ResourceSet) -> bytes:
+    """The entries of `resources`' tasks in order. A set kept by connector joins its
+    connectors' entries, each built once per `ConnectorTasks` and kept with it: a share changed
+    in a few connectors is encoded in O(connectors + the changed connectors' tasks)."""
+    shards = resources.kept_by_connector()
+    if shards is None:
+        return task_entries(resources.ordered_tasks())
+    return b"".join([_seen_connector_tasks.entries(shards[c]) for c in sorted(shards)])
 
 
 def assignor_from(msg: common_pb2.Assignor) -> Assignor:
@@ -227,10 +298,23 @@ def tokens_to(tokens: FencingTokens, parent: Any, field: str = "fencing_tokens")
     add = getattr(parent, field).add
     for connector, token in tokens.connectors():
         add(connector=connector, token=token)
-    ordered = tokens.ordered_tasks()
-    if ordered:
+    shards = tokens.by_connector()
+    if shards:
         number = parent.DESCRIPTOR.fields_by_name[field].number
-        parent.MergeFromString(token_entries(number, ordered))
+        parent.MergeFromString(b"".join([_token_bytes(shards[c], number) for c in sorted(shards)]))
+
+
+def _token_bytes(held: ConnectorTokens, number: int) -> bytes:
+    """One connector's token entries for the repeated field `number`, built once per
+    `ConnectorTokens` and field and kept with it (a share's unchanged connectors are not
+    encoded again)."""
+    kept = held.wire
+    if kept is None:
+        kept = held.wire = {}
+    entries = kept.get(number)
+    if entries is None:
+        entries = kept[number] = token_entries(number, held.ordered())
+    return entries
 
 
 def tokens_from(entries: Iterable[common_pb2.FencingToken]) -> FencingTokens:

@@ -164,12 +164,19 @@ class NotPlain(Exception):
 
 
 def split_resources(data: bytes) -> tuple[list[str], list[TaskId]] | None:
+    """`split_entries` without the entries."""
+    split = split_entries(data)
+    return None if split is None else (split[0], split[2])
+
+
+def split_entries(data: bytes) -> tuple[list[str], list[bytes], list[TaskId]] | None:
     """A serialized `ConnectorsAndTasks` read without a protobuf object per task: its connector
-    names and its tasks in the order sent. A task whose entry bytes were seen before is looked
-    up; others are read from the entry. The loop runs in Python bytecode, so other threads get
-    the interpreter between entries (one C call over 100,000 tasks held it for the whole
-    decode, delaying every other group's heartbeats). None when the bytes hold anything but
-    the two fields in their usual encoding (the caller then decodes with protobuf)."""
+    names, its task entries' bytes and its tasks, in the order sent. A task whose entry bytes
+    were seen before is looked up; others are read from the entry. The loop runs in Python
+    bytecode, so other threads get the interpreter between entries (one C call over 100,000
+    tasks held it for the whole decode, delaying every other group's heartbeats). None when the
+    bytes hold anything but the two fields in their usual encoding (the caller then decodes
+    with protobuf)."""
     connectors: list[str] = []
     entries: list[bytes] = []
     add_entry = entries.append
@@ -200,7 +207,7 @@ def split_resources(data: bytes) -> tuple[list[str], list[TaskId]] | None:
                     tasks[i] = known[entries[i]] = _read_task_entry(entries[i])
             if len(known) > MAX_ENTRIES:
                 known.clear()
-        return connectors, tasks  # type: ignore[return-value]
+        return connectors, entries, tasks  # type: ignore[return-value]
     except (IndexError, UnicodeDecodeError, NotPlain):
         return None
 

@@ -54,16 +54,32 @@ def test_tokens_are_read_back_exactly_in_either_form(by_task: dict[TaskId, int],
 def test_token_runs_are_the_maximal_runs_of_one_connector_and_token(
     by_task: dict[TaskId, int],
 ) -> None:
-    """The runs found by bisection (whole connectors under one token at once) are exactly the
-    ones a walk over every task finds."""
-    ordered = FencingTokens(dict(by_task)).ordered_tasks()
-    walked = stored_sets._walked_token_runs(ordered)
-    assert stored_sets._token_runs(ordered) == walked
+    """The runs stored (each connector's found once, whole connectors under one token without
+    a look at each task) are exactly the ones a walk over every task in order finds."""
+    tokens = FencingTokens(dict(by_task))
+    walked: list[dict[str, object]] = []
+    for (connector, number), token in sorted(by_task.items()):
+        last = walked[-1] if walked else None
+        if last and (last["connector"], last["last"], last["token"]) == (
+            connector,
+            number - 1,
+            token,
+        ):
+            last["last"] = number
+        else:
+            walked.append({"connector": connector, "first": number, "last": number, "token": token})
+    shards = tokens.by_connector()
+    runs = [
+        {"connector": c, "first": first, "last": last, "token": token}
+        for c in sorted(shards)
+        for first, last, token in shards[c].runs()
+    ]
+    assert runs == walked
     for earlier, later in itertools.pairwise(walked):
         assert not (
             earlier["connector"] == later["connector"]
             and earlier["token"] == later["token"]
-            and earlier["last"] + 1 == later["first"]
+            and earlier["last"] + 1 == later["first"]  # type: ignore[operator]
         )
 
 

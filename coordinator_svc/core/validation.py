@@ -73,15 +73,20 @@ def _check_resources(resources: ResourceSet, what: str) -> None:
         f"{what}: connector names must be non-empty.",
         f"{what}: a connector name",
     )
-    if not resources.tasks:
+    if not resources.task_count():
         return
     # Each distinct connector once, the lowest task id once: a share holds thousands of tasks
-    # of a few connectors (the passes over the tasks run in C).
-    connectors = set(map(_CONNECTOR, resources.tasks))
+    # of a few connectors (the passes over the tasks run in C; kept by connector, O(connectors)).
+    shards = resources.kept_by_connector()
+    if shards is not None:
+        connectors: AbstractSet[str] = shards.keys()
+        lowest = min((held.lowest() for held in shards.values()), key=_TASK_NUMBER)
+    else:
+        connectors = set(map(_CONNECTOR, resources.tasks))
+        lowest = min(resources.tasks, key=_TASK_NUMBER)
     _check_names(
         connectors, f"{what}: a task's connector must be non-empty.", f"{what}: a task's connector"
     )
-    lowest = min(resources.tasks, key=_TASK_NUMBER)
     _require(lowest.task >= 0, f"{what}: task ids must be >= 0 (got {lowest}).")
 
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
-from operator import itemgetter
+from itertools import islice
+from operator import lt
 from typing import Any
 
-from connect_protocol.resources import EMPTY, ResourceSet, SetJson, TaskId
+from connect_protocol.resources import EMPTY, ConnectorTasks, ResourceSet, SetJson, TaskId
 from connect_protocol.tokens import NO_TOKENS, FencingTokens
 
 RANGES_ABOVE = 256
@@ -57,12 +58,10 @@ def ranges_in_use() -> bool:
 _AFTER_EVERY_TASK = 1 << 64
 """A task number above any task's: (connector, it) sorts after each of the connector's tasks."""
 
-_TOKEN = itemgetter(1)
-
 
 def resources_column(resources: ResourceSet) -> dict[str, Any]:
     """The stored form of `resources` (see the module docstring)."""
-    if len(resources.tasks) <= RANGES_ABOVE or not _ranges:
+    if resources.task_count() <= RANGES_ABOVE or not _ranges:
         return resources.to_json()
     return {"connectors": resources.sorted_connectors(), "task_ranges": task_runs(resources)}
 
@@ -72,6 +71,13 @@ def task_runs(resources: ResourceSet) -> list[dict[str, Any]]:
     found by bisection in the set's order, and those numbered from the first to the last
     without a gap are one run found without a look at each task: O(connectors x log(tasks))
     for whole connectors."""
+    shards = resources.kept_by_connector()
+    if shards is not None:  # each connector's runs found once and kept with its tasks
+        return [
+            {"connector": connector, "first": first, "last": last}
+            for connector in sorted(shards)
+            for first, last in shards[connector].runs()
+        ]
     ordered = resources.ordered_tasks()
     runs: list[dict[str, Any]] = []
     for connector, at, stop in _connector_spans(ordered, paired=False):
@@ -114,55 +120,31 @@ def resources_from_column(data: Any) -> ResourceSet:
             for connector, spans in runs.items()
             for first, last in spans
         ]
-    tasks = [
-        TaskId(str(run["connector"]), number)
-        for run in runs
-        for number in range(int(run["first"]), int(run["last"]) + 1)
-    ]
-    return ResourceSet(frozenset(str(c) for c in data.get("connectors") or ()), frozenset(tasks))
+    listed: dict[str, list[TaskId]] = {}
+    for run in runs:
+        connector = str(run["connector"])
+        tasks = listed.setdefault(connector, [])
+        tasks.extend(TaskId(connector, n) for n in range(int(run["first"]), int(run["last"]) + 1))
+    shards: dict[str, ConnectorTasks] = {}
+    for connector, tasks in listed.items():
+        if tasks:  # kept by connector, each connector's order kept when the runs were in order
+            in_order = all(map(lt, tasks, islice(tasks, 1, None)))
+            shards[connector] = ConnectorTasks(tasks, tuple(tasks) if in_order else None)
+    connectors = frozenset(str(c) for c in data.get("connectors") or ())
+    return ResourceSet.kept_by_connector_from(connectors, shards)
 
 
 def tokens_column(tokens: FencingTokens) -> dict[str, Any]:
     """The stored form of `tokens`: runs of consecutive tasks of a connector with one token."""
-    ordered = tokens.ordered_tasks()
-    if len(ordered) <= RANGES_ABOVE or not _ranges:
+    shards = tokens.by_connector()
+    if len(tokens) - len(tokens.connectors()) <= RANGES_ABOVE or not _ranges:
         return tokens.to_json()
-    return {"connectors": dict(tokens.connectors()), "task_ranges": _token_runs(ordered)}
-
-
-def _token_runs(ordered: Sequence[tuple[TaskId, int]]) -> list[dict[str, Any]]:
-    """The runs of consecutive tasks of a connector with one token, in order. A connector's
-    tasks are found by bisection, and those numbered without a gap under one token (a share is
-    mostly whole connectors granted together) are one run found by passes in C; only a
-    connector whose numbers or tokens vary is walked task by task (it was a Python step per
-    task of every reconciling member's row, issue 24)."""
-    runs: list[dict[str, Any]] = []
-    for connector, at, stop in _connector_spans(ordered, paired=True):
-        (_, first), token = ordered[at]
-        last = ordered[stop - 1][0][1]
-        segment = ordered[at:stop]
-        if last - first == stop - at - 1 and len(set(map(_TOKEN, segment))) == 1:
-            runs.append({"connector": connector, "first": first, "last": last, "token": token})
-        else:
-            runs.extend(_walked_token_runs(segment))
-    return runs
-
-
-def _walked_token_runs(ordered: Sequence[tuple[TaskId, int]]) -> list[dict[str, Any]]:
-    runs: list[dict[str, Any]] = []
-    run: dict[str, Any] | None = None
-    for (connector, number), token in ordered:
-        if (
-            run is not None
-            and run["last"] == number - 1
-            and run["token"] == token
-            and run["connector"] == connector
-        ):
-            run["last"] = number
-        else:
-            run = {"connector": connector, "first": number, "last": number, "token": token}
-            runs.append(run)
-    return runs
+    runs = [  # each connector's runs found once and kept with its tokens
+        {"connector": connector, "first": first, "last": last, "token": token}
+        for connector in sorted(shards)
+        for first, last, token in shards[connector].runs()
+    ]
+    return {"connectors": dict(tokens.connectors()), "task_ranges": runs}
 
 
 def tokens_from_column(data: Any) -> FencingTokens:
@@ -172,15 +154,14 @@ def tokens_from_column(data: Any) -> FencingTokens:
     runs = data.get("task_ranges")
     if runs is None:
         return FencingTokens.from_json(data)
-    by_task: dict[TaskId | str, int] = {
-        TaskId(str(run["connector"]), number): int(run["token"])
-        for run in runs
-        for number in range(int(run["first"]), int(run["last"]) + 1)
-    }
     connectors = data.get("connectors") or {}
-    if isinstance(connectors, dict):
-        by_task.update((str(c), int(t)) for c, t in connectors.items())
-    return FencingTokens(by_task)
+    return FencingTokens.from_runs(
+        {str(c): int(t) for c, t in connectors.items()} if isinstance(connectors, dict) else {},
+        (
+            (str(run["connector"]), int(run["first"]), int(run["last"]), int(run["token"]))
+            for run in runs
+        ),
+    )
 
 
 def event_payload_column(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,157 @@
+"""`ResourceSet` kept by connector against the plain set algebra (issue 24): every operation on
+sets in either form, or one in each, gives what the same operation on (connectors, tasks)
+frozenset pairs gives, and a result kept by connector has no empty connector, no task of
+another connector, and each connector's order right. Also: an operation on two sets kept by
+connector keeps every connector it does not change as the very object its operand held."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connect_protocol.resources import (
+    EMPTY,
+    ConnectorTasks,
+    ResourceSet,
+    TaskId,
+    catalogue_resources,
+    catalogue_with,
+    connector_resources,
+    union,
+)
+
+NAMES = ("a", "b", "c", "d")
+
+Plain = tuple[frozenset[str], frozenset[TaskId]]
+
+plain_sets = st.tuples(
+    st.frozensets(st.sampled_from(NAMES), max_size=4),
+    st.frozensets(st.builds(TaskId, st.sampled_from(NAMES), st.integers(0, 9)), max_size=25),
+)
+
+
+def _flat(plain: Plain) -> ResourceSet:
+    return ResourceSet(*plain)
+
+
+def _by_connector(plain: Plain) -> ResourceSet:
+    return ResourceSet.by_connector_of(plain[0], sorted(plain[1]))
+
+
+def _both_forms(plain: Plain) -> ResourceSet:
+    s = ResourceSet(*plain)
+    s.by_connector()
+    return s
+
+
+def _derived(plain: Plain) -> ResourceSet:
+    """Kept by connector as an operation's result: split, then joined with a part of itself."""
+    whole = _by_connector(plain)
+    part = ResourceSet.by_connector_of(frozenset(), sorted(plain[1])[::2])
+    return (whole - part) | part
+
+
+FORMS = (_flat, _by_connector, _both_forms, _derived)
+
+
+def _check(s: ResourceSet, plain: Plain) -> None:
+    connectors, tasks = plain
+    assert s.connectors == connectors
+    assert s.tasks == tasks
+    assert len(s) == len(connectors) + len(tasks)
+    assert s.task_count() == len(tasks)
+    assert bool(s) == bool(connectors or tasks)
+    assert s.ordered_tasks() == tuple(sorted(tasks))
+    assert s.to_json() == {
+        "connectors": sorted(connectors),
+        "tasks": [{"connector": c, "task": n} for c, n in sorted(tasks)],
+    }
+    shards = s.by_connector()
+    assert set(shards) == {t.connector for t in tasks}
+    for connector, held in shards.items():
+        assert isinstance(held, ConnectorTasks)
+        assert held and all(t.connector == connector for t in held)
+        assert held.ordered() == tuple(sorted(held))
+    assert frozenset().union(*shards.values()) == tasks
+    assert s == _flat(plain) and _flat(plain) == s
+    assert hash(s) == hash(_flat(plain))
+
+
+@settings(max_examples=400)
+@given(
+    plain_sets,
+    plain_sets,
+    st.sampled_from(range(len(FORMS))),
+    st.sampled_from(range(len(FORMS))),
+)
+def test_every_operation_in_any_form_equals_the_plain_algebra(
+    x: Plain, y: Plain, fx: int, fy: int
+) -> None:
+    a, b = FORMS[fx](x), FORMS[fy](y)
+    _check(a, x)
+    _check(b, y)
+    _check(a | b, (x[0] | y[0], x[1] | y[1]))
+    _check(a & b, (x[0] & y[0], x[1] & y[1]))
+    _check(a - b, (x[0] - y[0], x[1] - y[1]))
+    assert (a <= b) == (x[0] <= y[0] and x[1] <= y[1])
+    assert (a == b) == (x == y)
+    assert a.isdisjoint(b) == (x[0].isdisjoint(y[0]) and x[1].isdisjoint(y[1]))
+    _check(union([a, b, a]), (x[0] | y[0], x[1] | y[1]))
+
+
+@given(plain_sets, st.sampled_from(range(len(FORMS))))
+def test_operations_with_nothing_and_with_itself(x: Plain, fx: int) -> None:
+    a = FORMS[fx](x)
+    for other in (EMPTY, ResourceSet(), a):
+        _check(a | other, (x[0] | other.connectors, x[1] | other.tasks))
+        _check(a & other, (x[0] & other.connectors, x[1] & other.tasks))
+        _check(a - other, (x[0] - other.connectors, x[1] - other.tasks))
+        _check(other - a, (other.connectors - x[0], other.tasks - x[1]))
+
+
+counts = st.lists(st.integers(0, 6), min_size=1, max_size=4)
+
+
+@given(counts, st.lists(st.tuples(st.integers(0, 5), st.none() | st.integers(0, 8)), max_size=6))
+def test_a_catalogue_changed_equals_the_catalogue_built_again(
+    before: list[int], changes: list[tuple[int, int | None]]
+) -> None:
+    class Connector:
+        def __init__(self, name: str, task_count: int) -> None:
+            self.name, self.task_count = name, task_count
+
+    catalogue = {f"k{i}": n for i, n in enumerate(before)}
+    base = catalogue_resources(Connector(n, c) for n, c in catalogue.items())
+    applied: list[tuple[str, int | None, int | None]] = []
+    for index, now in changes:
+        name = f"k{index}"
+        applied.append((name, catalogue.get(name), now))
+        if now is None:
+            catalogue.pop(name, None)
+        else:
+            catalogue[name] = now
+    changed = catalogue_with(base, applied)
+    expected = union(connector_resources(n, c) for n, c in catalogue.items())
+    _check(changed, (expected.connectors, expected.tasks))
+
+
+def test_an_operation_keeps_the_connectors_it_does_not_change_as_they_were() -> None:
+    """A share of 50 connectors x 200 tasks changed in one connector: every result holds the
+    49 other connectors' tasks as the very objects of its operands (nothing copied, walked or
+    sorted for them), and its order is right."""
+    names = [f"c{i:02d}" for i in range(50)]
+    share = ResourceSet.by_connector_of(
+        frozenset(), [TaskId(n, i) for n in names for i in range(200)]
+    )
+    moved = ResourceSet.by_connector_of(frozenset(), [TaskId("c07", i) for i in range(10)])
+    before = share.by_connector()
+    changed = share - moved
+    after = changed.by_connector()
+    assert [n for n in names if after[n] is not before[n]] == ["c07"]
+    back = changed | moved
+    assert [n for n in names if back.by_connector()[n] is not before[n]] == ["c07"]
+    assert back == share and back.ordered_tasks() == share.ordered_tasks()
+    both = share & changed
+    assert all(both.by_connector()[n] is after[n] for n in names)
+    assert (share - changed).by_connector().keys() == {"c07"}
+    assert changed <= share and not share <= changed
