@@ -38,7 +38,7 @@ from connect_protocol.messages import (
     PrepareResponse,
 )
 from connect_protocol.ordering import sorted_in_chunks
-from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.resources import ConnectorTasks, ResourceSet, TaskId, union
 
 from .change import GroupChange
 from .model import (
@@ -355,29 +355,43 @@ def _validate_against(snapshot: PreparedSnapshot, req: InstallRequest) -> None:
     each share is checked against the sets of what was assigned before it, never copied."""
     catalogue = snapshot.catalogue
     connectors: set[str] = set()
-    tasks: set[TaskId] = set()
+    # By connector, the shares' tasks so far: a connector in one share is its share's object,
+    # one split among shares a set of them all (O(resources) in all, never a copy per share).
+    tasks: dict[str, ConnectorTasks | set[TaskId]] = {}
+    task_count = 0
     for m in req.members:
         if m.member_id not in snapshot.member_ids:
             raise InvalidAssignment(
                 f"member {m.member_id!r} was not in the group at epoch {snapshot.group_epoch}."
             )
         share = m.resources
-        if not (share.connectors <= catalogue.connectors and share.tasks <= catalogue.tasks):
+        if not share <= catalogue:  # by connector: O(connectors + their tasks), in C
             unknown = share - catalogue
             raise InvalidAssignment(
                 f"{unknown.describe()} assigned to {m.member_id!r} are not in the catalogue of "
                 f"epoch {snapshot.group_epoch}."
             )
-        if not (connectors.isdisjoint(share.connectors) and tasks.isdisjoint(share.tasks)):
-            twice = ResourceSet(
-                frozenset(connectors & share.connectors), frozenset(tasks & share.tasks)
-            )
+        twice_connectors = connectors & share.connectors
+        twice_tasks: list[TaskId] = []
+        for connector, held in share.by_connector().items():
+            earlier = tasks.get(connector)
+            if earlier is None:
+                tasks[connector] = held
+                continue
+            if not held.isdisjoint(earlier):
+                twice_tasks.extend(held & earlier)
+            if isinstance(earlier, set):
+                earlier.update(held)
+            else:
+                tasks[connector] = {*earlier, *held}
+        if twice_connectors or twice_tasks:
+            twice = ResourceSet(frozenset(twice_connectors), frozenset(twice_tasks))
             raise InvalidAssignment(f"{twice.describe()} assigned more than once.")
         connectors.update(share.connectors)
-        tasks.update(share.tasks)
-    covered = len(connectors) + len(tasks) == len(catalogue)
+        task_count += share.task_count()
+    covered = len(connectors) + task_count == len(catalogue)  # disjoint shares, all in it
     if not covered and req.scheduled_rebalance_delay_ms <= 0:
-        unassigned = catalogue - ResourceSet(frozenset(connectors), frozenset(tasks))
+        unassigned = catalogue - union(m.resources for m in req.members)
         raise InvalidAssignment(
             f"{unassigned.describe()} left unassigned without a scheduled rebalance delay; "
             "assign every resource or declare scheduled_rebalance_delay_ms > 0."
@@ -515,7 +529,7 @@ def _unchanged_members(change: GroupChange, new: TargetAssignment) -> list[str]:
 
 def _within(share: ResourceSet, catalogue: ResourceSet) -> ResourceSet:
     """`share & catalogue`, without a copy when the share is all in the catalogue (the rule)."""
-    if share.connectors <= catalogue.connectors and share.tasks <= catalogue.tasks:
+    if share <= catalogue:
         return share
     return share & catalogue
 
