@@ -5,7 +5,6 @@ the agent's `wire` build on it for the messages only one side reads."""
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
 from collections.abc import Iterable
 from functools import partial
 from itertools import islice
@@ -16,9 +15,10 @@ from connect.group.v1 import common_pb2, coordinator_pb2
 
 from .errors import ErrorCode
 from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatResponse
-from .resources import ConnectorTasks, ResourceSet, TaskId
+from .resources import ResourceSet, TaskId
 from .tokens import ConnectorTokens, FencingTokens, Resource
-from .wire_entries import split_entries, task_entries, token_entries
+from .wire_by_connector import SeenConnectorTasks
+from .wire_entries import split_resources, task_entries, token_entries
 
 
 def wire_code(code: int) -> common_pb2.ErrorCode:
@@ -55,8 +55,10 @@ class _WireSets:
         found = self._by_bytes.get(key)
         if found is not None:
             return found
-        split = split_entries(key)
-        decoded = _decode_large(msg) if split is None else _split_listed(*split)
+        decoded = _seen_connector_tasks.read(key)  # by connector, seen connectors not read again
+        if decoded is None:
+            split = split_resources(key)
+            decoded = _decode_large(msg) if split is None else _listed(*split)
         with self._lock:
             self.decoded += 1
             self._keep(key, decoded)
@@ -130,65 +132,7 @@ def _listed(connectors: Iterable[str], listed: list[TaskId]) -> ResourceSet:
     return ResourceSet(frozenset(connectors), frozenset(listed))
 
 
-class _SeenConnectorTasks:
-    """A connector's tasks lately encoded or decoded, by their entries' bytes, so that a set
-    decoded holds the very `ConnectorTasks` that were sent (or received before) wherever a
-    connector's entries are the same: an owned list or an Install share that echoes part of
-    what a member was sent then shares those connectors with the member's sets, and the set
-    algebra on them skips them in O(1) (`ResourceSet`). Bounded by the tasks it holds (it
-    starts afresh)."""
-
-    def __init__(self, max_tasks: int) -> None:
-        self.max_tasks = max_tasks
-        self._by_bytes: dict[bytes, ConnectorTasks] = {}
-        self._tasks = 0
-
-    def entries(self, held: ConnectorTasks) -> bytes:
-        """`held`'s entries in order (built once per `ConnectorTasks`), and `held` remembered."""
-        entries = held.wire
-        if entries is None:
-            entries = held.wire = task_entries(held.ordered())
-            self._keep(entries, held)
-        return entries
-
-    def decoded(self, entries: bytes, ordered: tuple[TaskId, ...]) -> ConnectorTasks:
-        """The `ConnectorTasks` of one connector's `entries` (its tasks `ordered`)."""
-        held = self._by_bytes.get(entries)
-        if held is None:
-            held = ConnectorTasks(ordered, ordered)
-            held.wire = entries
-            self._keep(entries, held)
-        return held
-
-    def _keep(self, entries: bytes, held: ConnectorTasks) -> None:
-        if self._tasks + len(held) > self.max_tasks:
-            self._by_bytes.clear()
-            self._tasks = 0
-        self._by_bytes[entries] = held
-        self._tasks += len(held)
-
-
-_seen_connector_tasks = _SeenConnectorTasks(max_tasks=400_000)
-
-_AFTER_EVERY_TASK = 1 << 62
-"""A task number above any task's (an int32): (connector, it) sorts after the connector's tasks."""
-
-
-def _split_listed(connectors: list[str], entries: list[bytes], listed: list[TaskId]) -> ResourceSet:
-    """`_listed`, and when `listed` is sorted each connector's tasks are the `ConnectorTasks`
-    their entries were lately (`_SeenConnectorTasks`)."""
-    if not all(map(lt, listed, islice(listed, 1, None))):
-        return ResourceSet(frozenset(connectors), frozenset(listed))
-    shards: dict[str, ConnectorTasks] = {}
-    at, end = 0, len(listed)
-    while at < end:
-        connector = listed[at][0]
-        stop = bisect_left(listed, (connector, _AFTER_EVERY_TASK), at, end)
-        shards[connector] = _seen_connector_tasks.decoded(
-            b"".join(entries[at:stop]), tuple(listed[at:stop])
-        )
-        at = stop
-    return ResourceSet.kept_by_connector_from(frozenset(connectors), shards, end)
+_seen_connector_tasks = SeenConnectorTasks(max_tasks=400_000)
 
 
 def resources_to(

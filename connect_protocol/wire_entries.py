@@ -22,7 +22,7 @@ from .resources import TaskId
 MAX_ENTRIES = 800_000
 """Entries kept per kind before the kind's cache starts afresh (about 100 bytes each)."""
 
-_task_of_entry: dict[bytes, TaskId] = {}
+task_of_entry: dict[bytes, TaskId] = {}
 """The reverse of the task entries kept: an entry's bytes -> its task (bounded alike)."""
 
 _TASKS_FIELD = 2  # ConnectorsAndTasks.tasks
@@ -127,8 +127,8 @@ def _task_entries(tasks: list[TaskId]) -> list[bytes]:
             body += b"\x10" + (small[number] if 0 < number < 16384 else _varint(number))
         size = len(body)
         out.append(key + (small[size] if size < 16384 else _varint(size)) + body)
-    if len(_task_of_entry) < MAX_ENTRIES:
-        _task_of_entry.update(zip(out, tasks, strict=True))
+    if len(task_of_entry) < MAX_ENTRIES:
+        task_of_entry.update(zip(out, tasks, strict=True))
     return out
 
 
@@ -199,12 +199,12 @@ def split_entries(data: bytes) -> tuple[list[str], list[bytes], list[TaskId]] | 
                 return None
         if pos != end:
             return None
-        known = _task_of_entry
+        known = task_of_entry
         tasks = list(map(known.get, entries))
         if None in tasks:
             for i, task in enumerate(tasks):
                 if task is None:
-                    tasks[i] = known[entries[i]] = _read_task_entry(entries[i])
+                    tasks[i] = known[entries[i]] = read_task_entry(entries[i])
             if len(known) > MAX_ENTRIES:
                 known.clear()
         return connectors, entries, tasks  # type: ignore[return-value]
@@ -212,7 +212,7 @@ def split_entries(data: bytes) -> tuple[list[str], list[bytes], list[TaskId]] | 
         return None
 
 
-def _read_task_entry(entry: bytes) -> TaskId:
+def read_task_entry(entry: bytes) -> TaskId:
     """A `ConnectorTaskId` from its entry bytes (key and length first)."""
     pos = 2 if entry[1] < 0x80 else 3
     connector, number = "", 0

@@ -87,7 +87,7 @@ def test_a_sets_bytes_are_read_as_protobuf_reads_them(
     for connector, number in listed:
         msg.tasks.add(connector=connector, task=number)
     data = msg.SerializeToString(deterministic=True)
-    wire_entries._task_of_entry.clear()
+    wire_entries.task_of_entry.clear()
     for _ in range(2):  # read, then looked up
         split = wire_entries.split_resources(data)
         assert split is not None

@@ -259,7 +259,6 @@ def register(
     handlers = {}
     for method in service.methods:
         request_type = getattr(messages, method.input_type.name)
-        response_type = getattr(messages, method.output_type.name)
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             _decoding(  # answers their serialized bytes (`_as_serialized`)
                 getattr(servicer, method.name),
