@@ -153,13 +153,15 @@ def described_group(
     assignor_name: str,
     config_values: bool = False,
     statuses: Sequence[StatusView] | None = None,
+    into: admin_pb2.DescribedGroup | None = None,
 ) -> admin_pb2.DescribedGroup:
     """The group as DescribeGroups shows it; connector config values only if `config_values`
     (else every value reads HIDDEN_VALUE; the digest tells configs apart). A classic group has
     no assignor member (its leader computes): `assignor_reason` and `assignor_name` are not
-    shown for it; its `classic` block is."""
+    shown for it; its `classic` block is. Written into `into` (an empty message: an entry of
+    the answer, so that a 100,000-task description is not copied into it), if given."""
     classic = state.meta.is_classic
-    out = admin_pb2.DescribedGroup(
+    head = admin_pb2.DescribedGroup(
         group_id=state.group_id,
         group_type=state.meta.group_type.value,
         state=state.display_state(),
@@ -173,6 +175,10 @@ def described_group(
         coordinator_time_ms=now_ms,
         assignor_state=state.target.assignor_state,
     )
+    out = head
+    if into is not None:
+        into.MergeFrom(head)
+        out = into
     if classic:
         _describe_classic(state, out.classic)
     target = state.target

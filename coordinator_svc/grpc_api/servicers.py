@@ -658,12 +658,18 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                         f"group {group_id!r} does not exist.",
                     )
                 else:
-                    entry = self._describe(group_id, context, config_values, request.include_status)
+                    # Described in place: appending a described 100,000-task group copied it.
+                    entry = out.groups.add()
+                    described = self._describe(
+                        group_id, context, config_values, request.include_status, entry
+                    )
+                    if described is not entry:  # refused: a small answer
+                        entry.CopyFrom(described)
                     grows = entry.ByteSize() + ENTRY_OVERHEAD_BYTES
                     if size + grows <= budget:
                         size += grows
-                        out.groups.append(entry)
                         continue
+                    del out.groups[-1]
                     filled, refusal = True, full
             code, message = refusal
             size += len(group_id.encode()) + len(message.encode()) + ENTRY_OVERHEAD_BYTES + 6
@@ -727,9 +733,11 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
         context: Context,
         config_values: bool = False,
         include_status: bool = False,
+        into: admin_pb2.DescribedGroup | None = None,
     ) -> admin_pb2.DescribedGroup:
         """A group that exists, validated and authorized (`_screen_describe`), described by its
-        owner (this process, taking its lease if it is free)."""
+        owner (this process, taking its lease if it is free), into `into` if given (a refusal
+        is a message of its own)."""
 
         def describe(
             state: GroupState | None, now: int
@@ -758,6 +766,7 @@ class AdminServicer(_Base, admin_pb2_grpc.ConnectGroupAdminServicer):  # type: i
                     name,
                     config_values,
                     None if owners is None else status_views(view, owners),
+                    into,
                 ),
             )
 
