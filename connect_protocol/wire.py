@@ -18,7 +18,7 @@ from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatRe
 from .resources import ResourceSet, TaskId
 from .tokens import ConnectorTokens, FencingTokens, Resource
 from .wire_by_connector import SeenConnectorTasks
-from .wire_entries import split_resources, task_entries, token_entries
+from .wire_entries import one_token_entries, split_resources, task_entries, token_entries
 
 
 def wire_code(code: int) -> common_pb2.ErrorCode:
@@ -257,7 +257,11 @@ def _token_bytes(held: ConnectorTokens, number: int) -> bytes:
         kept = held.wire = {}
     entries = kept.get(number)
     if entries is None:
-        entries = kept[number] = token_entries(number, held.ordered())
+        if held.token is not None:  # one grant's token: no (task, token) pair built
+            entries = one_token_entries(number, held.tasks.ordered(), held.token)
+        else:
+            entries = token_entries(number, held.ordered())
+        kept[number] = entries
     return entries
 
 

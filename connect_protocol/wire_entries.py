@@ -251,6 +251,24 @@ def task_entries(ordered: Sequence[TaskId]) -> bytes:
     return _tasks.join(ordered)
 
 
+def one_token_entries(field: int, ordered: Sequence[TaskId], token: int) -> bytes:
+    """Entries of a repeated `FencingToken` field numbered `field` for the tasks `ordered` (of
+    one connector), all at `token`, in that order, as protobuf bytes: built from the task
+    numbers alone (no (task, token) pair per task, none kept: the caller keeps the result)."""
+    if not ordered:
+        return b""
+    key, small = _key(field), _SMALL_VARINTS
+    head = _connector_field(ordered[0][0]) + b"\x10"
+    tail = b"\x18" + (small[token] if 0 < token < 16384 else _varint(token)) if token else b""
+    parts: list[bytes] = []
+    add = parts.append
+    for _, number in ordered:
+        body = head + (small[number] if 0 <= number < 16384 else _varint(number)) + tail
+        size = len(body)
+        add(key + (small[size] if size < 16384 else _varint(size)) + body)
+    return b"".join(parts)
+
+
 def token_entries(field: int, ordered: Sequence[tuple[TaskId, int]]) -> bytes:
     """Entries of a repeated `FencingToken` field numbered `field` for the (task, token) pairs
     `ordered`, in that order, as protobuf bytes."""

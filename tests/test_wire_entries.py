@@ -50,6 +50,23 @@ def test_tokens_encode_to_protobufs_own_bytes(
         assert wire.tokens_from(fresh.fencing_tokens) == value
 
 
+@given(st.sets(names, max_size=3), tasks, tokens)
+def test_one_grants_tokens_encode_to_protobufs_own_bytes(
+    connectors: set[str], task_set: set[TaskId], token: int
+) -> None:
+    """A grant's tokens (one token for every task of a connector) are written from the task
+    numbers alone: the same bytes."""
+    value = FencingTokens.granted(ResourceSet.of(connectors, task_set), token)
+    parent, fresh = coordinator_pb2.Assignment(), coordinator_pb2.Assignment()
+    for connector in sorted(connectors):
+        parent.fencing_tokens.add(connector=connector, token=token)
+    for connector, number in sorted(task_set):
+        parent.fencing_tokens.add(connector=connector, task=number, token=token)
+    wire.tokens_to(value, fresh)
+    assert fresh.SerializeToString() == parent.SerializeToString()
+    assert wire.tokens_from(fresh.fencing_tokens) == value
+
+
 def test_a_task_number_of_zero_is_present_in_a_token_and_absent_in_a_task() -> None:
     msg = coordinator_pb2.Assignment()
     wire.tokens_to(FencingTokens({TaskId("a", 0): 3}), msg)
