@@ -59,6 +59,11 @@ class ConnectorTasks(frozenset[TaskId]):
         """`ordered()` if computed already, else None (nothing is sorted)."""
         return self._ordered
 
+    def highest(self) -> TaskId:
+        """Its task with the highest number (O(1) once its order is known)."""
+        ordered = self._ordered
+        return ordered[-1] if ordered is not None else max(self, key=_TASK_NUMBER)
+
     def lowest(self) -> TaskId:
         """Its task with the lowest number (O(1) once its order is known)."""
         ordered = self._ordered
@@ -610,6 +615,27 @@ def catalogue_with(base: ResourceSet, changes: Iterable[CatalogueChange]) -> Res
             )
             shards[name] = ConnectorTasks(ordered, ordered)
     return ResourceSet._kept_by_connector(frozenset(connectors), shards)
+
+
+def within_catalogue(share: ResourceSet, catalogue: ResourceSet) -> bool:
+    """`share <= catalogue` for a catalogue (`catalogue_resources`: each connector's tasks
+    numbered from 0 without a gap), in O(share's connectors) once their order is known: a
+    connector's tasks are within it when their lowest and highest numbers are."""
+    if not share.connectors <= catalogue.connectors:
+        return False
+    mine, theirs = share.by_connector(), catalogue.by_connector()
+    for connector, held in mine.items():
+        known = theirs.get(connector)
+        if known is None:
+            return False
+        if held is known:
+            continue
+        if known.runs() != ((0, len(known) - 1),):  # not numbered from 0: compared as sets
+            if not held <= known:
+                return False
+        elif not (held.lowest()[1] >= 0 and held.highest()[1] < len(known)):
+            return False
+    return True
 
 
 def union(sets: Iterable[ResourceSet]) -> ResourceSet:

@@ -34,11 +34,15 @@ class SeenConnectorTasks:
         self._tasks = 0
 
     def entries(self, held: ConnectorTasks) -> bytes:
-        """`held`'s entries in order (built once per `ConnectorTasks`), and `held` remembered."""
+        """`held`'s entries in order (built once per `ConnectorTasks`), and `held` remembered
+        for them in place of any other: what is written is what the coordinator holds (its
+        catalogue, its members' sets), so a message that echoes it is read as those objects
+        (an Install's shares as the catalogue's connectors: checked against it in O(1))."""
         entries = held.wire
         if entries is None:
             entries = held.wire = task_entries(held.ordered())
-            self._keep(entries, held)
+        if self._by_bytes.get(entries) is not held:
+            self._keep(entries, held, replace=True)
         return entries
 
     def decoded(
@@ -52,19 +56,30 @@ class SeenConnectorTasks:
             self._keep(entries, held, first_entry)
         return held
 
-    def _keep(self, entries: bytes, held: ConnectorTasks, first_entry: bytes | None = None) -> None:
+    def _keep(
+        self,
+        entries: bytes,
+        held: ConnectorTasks,
+        first_entry: bytes | None = None,
+        replace: bool = False,
+    ) -> None:
         if self._tasks + len(held) > self.max_tasks:
             self._by_bytes.clear()
             self._by_first.clear()
             self._tasks = 0
-        if self._by_bytes.setdefault(entries, held) is not held:
+        before = self._by_bytes.get(entries)
+        if before is not None and not replace:
             return
+        self._by_bytes[entries] = held
         if first_entry is None:
             first_entry = _first_entry(entries)
         runs = self._by_first.setdefault(first_entry, [])
+        if before is not None:
+            runs[:] = [run for run in runs if run is not before]
+        else:
+            self._tasks += len(held)
         runs.append(held)
         runs.sort(key=len, reverse=True)
-        self._tasks += len(held)
 
     def read(self, data: bytes) -> ResourceSet | None:
         """The set a serialized `ConnectorsAndTasks` names, kept by connector, when its tasks

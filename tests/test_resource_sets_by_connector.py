@@ -18,6 +18,7 @@ from connect_protocol.resources import (
     catalogue_with,
     connector_resources,
     union,
+    within_catalogue,
 )
 
 NAMES = ("a", "b", "c", "d")
@@ -155,3 +156,22 @@ def test_an_operation_keeps_the_connectors_it_does_not_change_as_they_were() -> 
     assert all(both.by_connector()[n] is after[n] for n in names)
     assert (share - changed).by_connector().keys() == {"c07"}
     assert changed <= share and not share <= changed
+
+
+@given(counts, plain_sets, st.sampled_from(range(len(FORMS))))
+def test_within_a_catalogue_is_the_subset_test(
+    task_counts: list[int], share: Plain, form: int
+) -> None:
+    """`within_catalogue` (the lowest and highest task numbers per connector) answers as
+    `<=` does, for any share in any form, a catalogue built or changed."""
+
+    class Connector:
+        def __init__(self, name: str, task_count: int) -> None:
+            self.name, self.task_count = name, task_count
+
+    names = NAMES[: len(task_counts)]
+    built = catalogue_resources(Connector(n, c) for n, c in zip(names, task_counts, strict=False))
+    changed = catalogue_with(built, [(names[0], task_counts[0], task_counts[0] + 2)])
+    s = FORMS[form](share)
+    for catalogue in (built, changed):
+        assert within_catalogue(s, catalogue) == (s <= catalogue)

@@ -87,3 +87,20 @@ def test_what_is_kept_is_bounded_by_its_tasks() -> None:
     again = reader.read(_message([], [("a", n) for n in range(80)]))
     assert first is not None and again == first
     assert again.by_connector()["a"] is not first.by_connector()["a"]
+
+
+def test_what_was_written_last_is_what_a_message_is_read_as() -> None:
+    """A connector's tasks read from a message, then the same tasks written from the
+    coordinator's own set (its catalogue): a later message is read as the written object, so
+    that an Install's share is checked against the catalogue in O(1) per connector."""
+    reader = SeenConnectorTasks(max_tasks=1_000)
+    data = _message([], [("a", n) for n in range(50)])
+    first = reader.read(data)
+    assert first is not None
+    catalogue = ResourceSet.by_connector_of(frozenset({"a"}), [TaskId("a", n) for n in range(50)])
+    held = catalogue.by_connector()["a"]
+    assert held is not first.by_connector()["a"]
+    assert reader.entries(held) == data
+    again = reader.read(data)
+    assert again is not None and again.by_connector()["a"] is held
+    assert again <= catalogue

@@ -38,7 +38,13 @@ from connect_protocol.messages import (
     PrepareResponse,
 )
 from connect_protocol.ordering import sorted_in_chunks
-from connect_protocol.resources import ConnectorTasks, ResourceSet, TaskId, union
+from connect_protocol.resources import (
+    ConnectorTasks,
+    ResourceSet,
+    TaskId,
+    union,
+    within_catalogue,
+)
 
 from .change import GroupChange
 from .model import (
@@ -365,7 +371,7 @@ def _validate_against(snapshot: PreparedSnapshot, req: InstallRequest) -> None:
                 f"member {m.member_id!r} was not in the group at epoch {snapshot.group_epoch}."
             )
         share = m.resources
-        if not share <= catalogue:  # by connector: O(connectors + their tasks), in C
+        if not within_catalogue(share, catalogue):  # O(connectors) once their order is known
             unknown = share - catalogue
             raise InvalidAssignment(
                 f"{unknown.describe()} assigned to {m.member_id!r} are not in the catalogue of "
@@ -529,7 +535,7 @@ def _unchanged_members(change: GroupChange, new: TargetAssignment) -> list[str]:
 
 def _within(share: ResourceSet, catalogue: ResourceSet) -> ResourceSet:
     """`share & catalogue`, without a copy when the share is all in the catalogue (the rule)."""
-    if share <= catalogue:
+    if within_catalogue(share, catalogue):
         return share
     return share & catalogue
 
