@@ -26,7 +26,13 @@ from connect_protocol.messages import (
     PrepareRequest,
     PutConnectorRequest,
 )
-from connect_protocol.resources import EMPTY, ResourceSet, TaskId, catalogue_resources
+from connect_protocol.resources import (
+    EMPTY,
+    ConnectorTasks,
+    ResourceSet,
+    TaskId,
+    catalogue_resources,
+)
 from coordinator_svc.core import replay
 from coordinator_svc.core.admin import put_connector
 from coordinator_svc.core.assignment import install_assignment, prepare_assignment
@@ -36,6 +42,8 @@ from worker_agent.assignor import GroupView, MemberView
 from worker_agent.assignors import EagerAssignor, IncrementalCooperativeAssignor
 
 RESOURCE_SET_INIT = ResourceSet.__init__.__code__
+KEPT_BY_CONNECTOR = ResourceSet._kept_by_connector.__code__
+CONNECTOR_TASKS_NEW = ConnectorTasks.__new__.__code__
 SMALL, LARGE = 100, 400
 TASKS_PER_MEMBER = 5
 CONSTANT, LINEAR = 1.5, 4 * 1.3
@@ -44,7 +52,8 @@ CONSTANT, LINEAR = 1.5, 4 * 1.3
 def count_calls(call: Callable[[], Any]) -> int:
     """How many Python functions and builtins `call` calls, all nested calls included; plus,
     for each ResourceSet built, its size (copying a growing set per member is one call each
-    time, but its size shows the O(members x resources) work)."""
+    time, but its size shows the O(members x resources) work); a set kept by connector counts
+    its connectors, and each connector's tasks built count their size."""
     count = 0
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
@@ -53,8 +62,13 @@ def count_calls(call: Callable[[], Any]) -> int:
             count += 1
         elif event == "call":
             count += 1
-            if frame.f_code is RESOURCE_SET_INIT:
+            code = frame.f_code
+            if code is RESOURCE_SET_INIT:
                 count += len(frame.f_locals["connectors"]) + len(frame.f_locals["tasks"])
+            elif code is KEPT_BY_CONNECTOR:  # a set kept by connector: its connector map
+                count += len(frame.f_locals["connectors"]) + len(frame.f_locals["shards"])
+            elif code is CONNECTOR_TASKS_NEW:  # one connector's tasks, built from a sized value
+                count += len(frame.f_locals["tasks"])
 
     previous = sys.getprofile()
     sys.setprofile(profile)
