@@ -15,7 +15,7 @@ from connect.group.v1 import common_pb2, coordinator_pb2
 
 from .errors import ErrorCode
 from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatResponse
-from .resources import ResourceSet, TaskId
+from .resources import BY_CONNECTOR_FROM, ResourceSet, TaskId
 from .tokens import ConnectorTokens, FencingTokens, Resource
 from .wire_by_connector import SeenConnectorTasks
 from .wire_entries import one_token_entries, split_resources, task_entries, token_entries
@@ -159,7 +159,7 @@ def _task_bytes(resources: ResourceSet) -> bytes:
     connectors' entries, each built once per `ConnectorTasks` and kept with it: a share changed
     in a few connectors is encoded in O(connectors + the changed connectors' tasks)."""
     shards = resources.kept_by_connector()
-    if shards is None:
+    if shards is None or resources.task_count() < BY_CONNECTOR_FROM:
         return task_entries(resources.ordered_tasks())
     return b"".join([_seen_connector_tasks.entries(shards[c]) for c in sorted(shards)])
 

@@ -23,6 +23,12 @@ _CONNECTOR_KEY = 0x0A  # ConnectorsAndTasks.connectors, and ConnectorTaskId.conn
 _NUMBER = itemgetter(1)
 
 
+RUNS_PER_FIRST_ENTRY = 4
+"""Runs kept per first entry (the newest): a connector's tasks split among many members, or
+changing while a large group forms, start with the same entry in many runs, and trying them
+all on every read made reading grow with the group (issue 24)."""
+
+
 class SeenConnectorTasks:
     """Connectors' tasks lately written or read, by their entries' bytes; bounded by the tasks
     it holds (it starts afresh)."""
@@ -30,7 +36,7 @@ class SeenConnectorTasks:
     def __init__(self, max_tasks: int) -> None:
         self.max_tasks = max_tasks
         self._by_bytes: dict[bytes, ConnectorTasks] = {}
-        self._by_first: dict[bytes, list[ConnectorTasks]] = {}  # longest first
+        self._by_first: dict[bytes, list[ConnectorTasks]] = {}  # the newest first
         self._tasks = 0
 
     def entries(self, held: ConnectorTasks) -> bytes:
@@ -74,12 +80,12 @@ class SeenConnectorTasks:
         if first_entry is None:
             first_entry = _first_entry(entries)
         runs = self._by_first.setdefault(first_entry, [])
-        if before is not None:
-            runs[:] = [run for run in runs if run is not before]
-        else:
+        if before is not None and before in runs:
+            runs.remove(before)
+        if before is None:
             self._tasks += len(held)
-        runs.append(held)
-        runs.sort(key=len, reverse=True)
+        runs.insert(0, held)  # the newest first; at most RUNS_PER_FIRST_ENTRY tried
+        del runs[RUNS_PER_FIRST_ENTRY:]
 
     def read(self, data: bytes) -> ResourceSet | None:
         """The set a serialized `ConnectorsAndTasks` names, kept by connector, when its tasks
@@ -119,8 +125,9 @@ class SeenConnectorTasks:
         self, data: bytes, here: int, first_stop: int, name: bytes
     ) -> tuple[ConnectorTasks | None, int]:
         """The run of entries of connector `name` starting at `here` (its first entry ends at
-        `first_stop`): a run seen before if one matches and ends where the connector does,
-        else read entry by entry. Returns it (None: not in order) and where it ends."""
+        `first_stop`): a run seen before if one matches and ends where the connector does (at
+        most one can: of two that match, one is the start of the other), else read entry by
+        entry. Returns it (None: not in order) and where it ends."""
         first = data[here:first_stop]
         for seen in self._by_first.get(first, ()):
             wire = seen.wire

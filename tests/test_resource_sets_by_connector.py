@@ -6,9 +6,13 @@ connector keeps every connector it does not change as the very object its operan
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connect_protocol import resources
 from connect_protocol.resources import (
     EMPTY,
     ConnectorTasks,
@@ -22,6 +26,17 @@ from connect_protocol.resources import (
 )
 
 NAMES = ("a", "b", "c", "d")
+
+
+@pytest.fixture(autouse=True, scope="module", params=["by connector", "small sets plain"])
+def algebra(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test twice: with every operation by connector (these sets are small), and with the
+    product's threshold (small sets run on their frozensets)."""
+    kept = resources.BY_CONNECTOR_FROM
+    resources.BY_CONNECTOR_FROM = 0 if request.param == "by connector" else kept
+    yield
+    resources.BY_CONNECTOR_FROM = kept
+
 
 Plain = tuple[frozenset[str], frozenset[TaskId]]
 

@@ -39,6 +39,7 @@ from connect_protocol.messages import (
 )
 from connect_protocol.ordering import sorted_in_chunks
 from connect_protocol.resources import (
+    BY_CONNECTOR_FROM,
     ConnectorTasks,
     ResourceSet,
     TaskId,
@@ -362,8 +363,11 @@ def _validate_against(snapshot: PreparedSnapshot, req: InstallRequest) -> None:
     catalogue = snapshot.catalogue
     connectors: set[str] = set()
     # By connector, the shares' tasks so far: a connector in one share is its share's object,
-    # one split among shares a set of them all (O(resources) in all, never a copy per share).
+    # one split among shares a set of them all (O(resources) in all, never a copy per share);
+    # when every share is small, all in one set (a connector per share would cost more).
     tasks: dict[str, ConnectorTasks | set[TaskId]] = {}
+    all_tasks: set[TaskId] = set()
+    by_connector = any(m.resources.task_count() >= BY_CONNECTOR_FROM for m in req.members)
     task_count = 0
     for m in req.members:
         if m.member_id not in snapshot.member_ids:
@@ -379,7 +383,11 @@ def _validate_against(snapshot: PreparedSnapshot, req: InstallRequest) -> None:
             )
         twice_connectors = connectors & share.connectors
         twice_tasks: list[TaskId] = []
-        for connector, held in share.by_connector().items():
+        if not by_connector:
+            if not all_tasks.isdisjoint(share.tasks):
+                twice_tasks.extend(all_tasks & share.tasks)
+            all_tasks.update(share.tasks)
+        for connector, held in share.by_connector().items() if by_connector else ():
             earlier = tasks.get(connector)
             if earlier is None:
                 tasks[connector] = held

@@ -616,3 +616,29 @@ def test_an_install_moves_the_members_whose_share_it_does_not_change_to_its_epoc
     assert h.member("w3").member_epoch == 6
     [installed] = h.last_events(EventType.TARGET_INSTALLED)
     assert installed.payload["moved_members"] == ["w1", "w2", "w3"]
+
+
+@pytest.mark.parametrize("threshold", [0, 1_000_000])
+def test_an_install_is_refused_alike_by_connector_and_on_whole_sets(
+    threshold: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shares are checked by connector when one is large, as whole sets when all are small:
+    the same refusals either way."""
+    from connect_protocol import resources
+    from coordinator_svc.core import assignment
+
+    monkeypatch.setattr(resources, "BY_CONNECTOR_FROM", threshold)
+    monkeypatch.setattr(assignment, "BY_CONNECTOR_FROM", threshold)
+    h = three_members_prepared()
+    assert_install_refused(
+        h,
+        lambda: h.install("w1", {"w1": ALL, "w3": rs("A-1")}),
+        ErrorCode.INVALID_ASSIGNMENT,
+        "[A-1] assigned more than once.",
+    )
+    assert_install_refused(
+        h,
+        lambda: h.install("w1", {"w1": ALL | rs("Z", "A-7")}),
+        ErrorCode.INVALID_ASSIGNMENT,
+        "[Z, A-7] assigned to 'w1' are not in the catalogue of epoch 6.",
+    )
