@@ -649,13 +649,29 @@ def within_catalogue(share: ResourceSet, catalogue: ResourceSet) -> bool:
 
 
 def union(sets: Iterable[ResourceSet]) -> ResourceSet:
-    """The union of many sets in one pass (O(total size)), not one copy per set."""
+    """The union of many sets in one pass (O(total size)), not one copy per set; kept by
+    connector when every set is and they hold `BY_CONNECTOR_FROM` tasks or more (each
+    connector's tasks joined once, a connector in one set only kept as it is)."""
     listed = list(sets)
-    if listed and all(s._shards is not None for s in listed):
-        out = EMPTY
+    if (
+        listed
+        and all(s._shards is not None for s in listed)
+        and sum(s._size for s in listed) >= BY_CONNECTOR_FROM
+    ):
+        names: set[str] = set()
+        held: dict[str, list[ConnectorTasks]] = {}
         for s in listed:
-            out = out | s
-        return out
+            names.update(s.connectors)
+            for connector, part in s._shards.items():  # type: ignore[union-attr]
+                held.setdefault(connector, []).append(part)
+        shards: Shards = {}
+        for connector, parts in held.items():
+            first = parts[0]
+            if all(part is first for part in parts):
+                shards[connector] = first
+            else:
+                shards[connector] = ConnectorTasks(frozenset().union(*parts))
+        return ResourceSet._kept_by_connector(frozenset(names), shards)
     connectors: set[str] = set()
     tasks: set[TaskId] = set()
     for s in listed:

@@ -218,7 +218,7 @@ class FencingTokens(Mapping[Resource, int]):
     def __getitem__(self, key: Resource) -> int:
         if isinstance(key, str):
             return self._by_connector[key]
-        held = self._shards.get(key[0]) if isinstance(key, tuple) else None
+        held = self._shards.get(key[0]) if isinstance(key, tuple) and len(key) == 2 else None
         token = None if held is None else held.get(key)
         if token is None:
             raise KeyError(key)

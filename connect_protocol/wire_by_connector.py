@@ -12,6 +12,7 @@ sets skips those connectors in O(1) (`ResourceSet`).
 
 from __future__ import annotations
 
+import threading
 from itertools import islice
 from operator import itemgetter, lt
 
@@ -38,6 +39,7 @@ class SeenConnectorTasks:
         self._by_bytes: dict[bytes, ConnectorTasks] = {}
         self._by_first: dict[bytes, list[ConnectorTasks]] = {}  # the newest first
         self._tasks = 0
+        self._lock = threading.Lock()  # what is kept changes under it; reads take none
 
     def entries(self, held: ConnectorTasks) -> bytes:
         """`held`'s entries in order (built once per `ConnectorTasks`), and `held` remembered
@@ -69,6 +71,14 @@ class SeenConnectorTasks:
         first_entry: bytes | None = None,
         replace: bool = False,
     ) -> None:
+        if first_entry is None:
+            first_entry = _first_entry(entries)
+        with self._lock:
+            self._keep_locked(entries, held, first_entry, replace)
+
+    def _keep_locked(
+        self, entries: bytes, held: ConnectorTasks, first_entry: bytes, replace: bool
+    ) -> None:
         if self._tasks + len(held) > self.max_tasks:
             self._by_bytes.clear()
             self._by_first.clear()
@@ -77,8 +87,6 @@ class SeenConnectorTasks:
         if before is not None and not replace:
             return
         self._by_bytes[entries] = held
-        if first_entry is None:
-            first_entry = _first_entry(entries)
         runs = self._by_first.setdefault(first_entry, [])
         if before is not None and before in runs:
             runs.remove(before)

@@ -190,3 +190,23 @@ def test_within_a_catalogue_is_the_subset_test(
     s = FORMS[form](share)
     for catalogue in (built, changed):
         assert within_catalogue(s, catalogue) == (s <= catalogue)
+
+
+def test_a_union_of_many_shares_keeps_each_connector_held_once() -> None:
+    """800 shares of one connector each: their union holds each share's own `ConnectorTasks`
+    (nothing copied per share; folding them one by one copied everything gathered so far)."""
+    shares = [
+        ResourceSet.by_connector_of(frozenset(), [TaskId(f"c{i:03d}", n) for n in range(100)])
+        for i in range(800)
+    ]
+    joined = union(shares)
+    assert joined.task_count() == 80_000
+    assert all(
+        joined.by_connector()[f"c{i:03d}"] is s.by_connector()[f"c{i:03d}"]
+        for i, s in enumerate(shares)
+    )
+    extra = ResourceSet.by_connector_of(frozenset(), [TaskId("c000", 500)])
+    overlapping = union([shares[0], extra])
+    assert overlapping.by_connector()["c000"] == frozenset(
+        [*shares[0].by_connector()["c000"], TaskId("c000", 500)]
+    )

@@ -132,3 +132,11 @@ def test_a_varint_is_what_protobuf_writes(value: int) -> None:
     msg = common_pb2.FencingToken(connector="c", token=value)
     data = msg.SerializeToString()
     assert data.endswith(b"\x18" + wire_entries._varint(value)) or value == 0
+
+
+def test_tokens_read_like_a_dict_whatever_the_key() -> None:
+    tokens = FencingTokens({TaskId("a", 1): 3, "a": 2})
+    for key, expected in (((), None), (("a",), None), (("a", 1, 2), None), (5, None)):
+        assert tokens.get(key) is expected  # type: ignore[arg-type]
+        assert key not in tokens
+    assert tokens.get(TaskId("a", 1)) == 3 and tokens.get("a") == 2
