@@ -17,7 +17,7 @@ from itertools import islice
 from operator import itemgetter, lt
 
 from .resources import ConnectorTasks, ResourceSet, TaskId
-from .wire_entries import MAX_ENTRIES, NotPlain, read_task_entry, task_entries, task_of_entry
+from .wire_entries import NotPlain, task_entries, tasks_of_entries
 
 _TASK_KEY = 0x12  # ConnectorsAndTasks.tasks (field 2, length-delimited)
 _CONNECTOR_KEY = 0x0A  # ConnectorsAndTasks.connectors, and ConnectorTaskId.connector (field 1)
@@ -151,15 +151,7 @@ class SeenConnectorTasks:
                 break
             entries.append(data[pos:stop])
             pos = stop
-        known = task_of_entry
-        found = list(map(known.get, entries))
-        if None in found:
-            for i, task in enumerate(found):
-                if task is None:
-                    found[i] = known[entries[i]] = read_task_entry(entries[i])
-            if len(known) > MAX_ENTRIES:
-                known.clear()
-        tasks: list[TaskId] = found  # type: ignore[assignment]  # every None read above
+        tasks = tasks_of_entries(entries)
         numbers = list(map(_NUMBER, tasks))
         if not all(map(lt, numbers, islice(numbers, 1, None))):
             return None, pos

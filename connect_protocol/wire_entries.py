@@ -199,17 +199,23 @@ def split_entries(data: bytes) -> tuple[list[str], list[bytes], list[TaskId]] | 
                 return None
         if pos != end:
             return None
-        known = task_of_entry
-        tasks = list(map(known.get, entries))
-        if None in tasks:
-            for i, task in enumerate(tasks):
-                if task is None:
-                    tasks[i] = known[entries[i]] = read_task_entry(entries[i])
-            if len(known) > MAX_ENTRIES:
-                known.clear()
-        return connectors, entries, tasks  # type: ignore[return-value]
+        return connectors, entries, tasks_of_entries(entries)
     except (IndexError, UnicodeDecodeError, NotPlain):
         return None
+
+
+def tasks_of_entries(entries: list[bytes]) -> list[TaskId]:
+    """The tasks of `ConnectorTaskId` entries' bytes: each one seen before looked up (in C),
+    the others read and remembered (bounded). NotPlain for an entry it does not read."""
+    known = task_of_entry
+    found = list(map(known.get, entries))
+    if None in found:
+        for i, task in enumerate(found):
+            if task is None:
+                found[i] = known[entries[i]] = read_task_entry(entries[i])
+        if len(known) > MAX_ENTRIES:
+            known.clear()
+    return found  # type: ignore[return-value]  # every None was read above
 
 
 def read_task_entry(entry: bytes) -> TaskId:

@@ -125,6 +125,13 @@ def test_operations_with_nothing_and_with_itself(x: Plain, fx: int) -> None:
         _check(other - a, (other.connectors - x[0], other.tasks - x[1]))
 
 
+class _Connector:
+    """A catalogue entry as `catalogue_resources` reads it."""
+
+    def __init__(self, name: str, task_count: int) -> None:
+        self.name, self.task_count = name, task_count
+
+
 counts = st.lists(st.integers(0, 6), min_size=1, max_size=4)
 
 
@@ -132,12 +139,8 @@ counts = st.lists(st.integers(0, 6), min_size=1, max_size=4)
 def test_a_catalogue_changed_equals_the_catalogue_built_again(
     before: list[int], changes: list[tuple[int, int | None]]
 ) -> None:
-    class Connector:
-        def __init__(self, name: str, task_count: int) -> None:
-            self.name, self.task_count = name, task_count
-
     catalogue = {f"k{i}": n for i, n in enumerate(before)}
-    base = catalogue_resources(Connector(n, c) for n, c in catalogue.items())
+    base = catalogue_resources(_Connector(n, c) for n, c in catalogue.items())
     applied: list[tuple[str, int | None, int | None]] = []
     for index, now in changes:
         name = f"k{index}"
@@ -180,12 +183,8 @@ def test_within_a_catalogue_is_the_subset_test(
     """`within_catalogue` (the lowest and highest task numbers per connector) answers as
     `<=` does, for any share in any form, a catalogue built or changed."""
 
-    class Connector:
-        def __init__(self, name: str, task_count: int) -> None:
-            self.name, self.task_count = name, task_count
-
     names = NAMES[: len(task_counts)]
-    built = catalogue_resources(Connector(n, c) for n, c in zip(names, task_counts, strict=False))
+    built = catalogue_resources(_Connector(n, c) for n, c in zip(names, task_counts, strict=False))
     changed = catalogue_with(built, [(names[0], task_counts[0], task_counts[0] + 2)])
     s = FORMS[form](share)
     for catalogue in (built, changed):
