@@ -18,7 +18,14 @@ from .messages import AssignmentMessage, Assignor, HeartbeatRequest, HeartbeatRe
 from .resources import BY_CONNECTOR_FROM, ResourceSet, TaskId
 from .tokens import ConnectorTokens, FencingTokens, Resource
 from .wire_by_connector import SeenConnectorTasks
-from .wire_entries import one_token_entries, split_resources, task_entries, token_entries
+from .wire_entries import (
+    connector_entries,
+    length_delimited,
+    one_token_entries,
+    split_resources,
+    task_entries,
+    token_entries,
+)
 
 
 def wire_code(code: int) -> common_pb2.ErrorCode:
@@ -64,22 +71,16 @@ class _WireSets:
             self._keep(key, decoded)
         return decoded
 
-    def encode(self, resources: ResourceSet, out: common_pb2.ConnectorsAndTasks) -> None:
+    def serialized(self, resources: ResourceSet) -> bytes:
+        """`resources` as a serialized ConnectorsAndTasks (`_serialized`), kept."""
         found = self._by_set.get(id(resources))
         if found is not None and found[0] is resources:
-            out.MergeFromString(found[1])
-            return
-        if out.ByteSize() == 0:
-            _encode(resources, out)
-            key = out.SerializeToString(deterministic=True)
-        else:  # appended to what `out` holds: encoded on its own first
-            alone = common_pb2.ConnectorsAndTasks()
-            _encode(resources, alone)
-            key = alone.SerializeToString(deterministic=True)
-            out.MergeFromString(key)
+            return found[1]
+        key = _serialized(resources)
         with self._lock:
             self.encoded += 1
             self._keep(key, resources)
+        return key
 
     def _keep(self, key: bytes, resources: ResourceSet) -> None:
         """Under the lock."""
@@ -141,17 +142,24 @@ def resources_to(
     """`resources` appended to `msg` (or a new message), each kind sorted; a large set encoded
     or decoded lately is copied from its bytes."""
     out = msg if msg is not None else common_pb2.ConnectorsAndTasks()
-    if resources.task_count() < WIRE_CACHE_MIN_TASKS:
-        _encode(resources, out)
-    else:
-        _wire_sets.encode(resources, out)
+    out.MergeFromString(resources_bytes(resources))  # appended after what `out` holds
     return out
 
 
-def _encode(resources: ResourceSet, out: common_pb2.ConnectorsAndTasks) -> None:
-    out.connectors.extend(resources.sorted_connectors())
-    if resources.task_count():  # appended after what `out` holds, as protobuf writes them
-        out.MergeFromString(_task_bytes(resources))
+def resources_bytes(resources: ResourceSet) -> bytes:
+    """`resources` as a serialized ConnectorsAndTasks, each kind sorted (what protobuf's
+    deterministic serialization of `resources_to(resources)` is); a large set encoded or
+    decoded lately is not built again."""
+    if resources.task_count() < WIRE_CACHE_MIN_TASKS:
+        return _serialized(resources)
+    return _wire_sets.serialized(resources)
+
+
+def _serialized(resources: ResourceSet) -> bytes:
+    data = connector_entries(resources.sorted_connectors())
+    if resources.task_count():
+        data += _task_bytes(resources)
+    return data
 
 
 def _task_bytes(resources: ResourceSet) -> bytes:
@@ -215,25 +223,44 @@ def heartbeat_request_from_wire(
 def heartbeat_response_to_wire(
     resp: HeartbeatResponse,
 ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-    out = coordinator_pb2.ConnectGroupHeartbeatResponse(
+    """The answer as a message (`heartbeat_response_bytes` parsed)."""
+    return coordinator_pb2.ConnectGroupHeartbeatResponse.FromString(heartbeat_response_bytes(resp))
+
+
+_ASSIGNMENT_FIELD = coordinator_pb2.ConnectGroupHeartbeatResponse.ASSIGNMENT_FIELD_NUMBER
+_RESOURCES_FIELD = coordinator_pb2.Assignment.CONNECTORS_AND_TASKS_FIELD_NUMBER
+_TOKENS_FIELD = coordinator_pb2.Assignment.FENCING_TOKENS_FIELD_NUMBER
+
+
+def heartbeat_response_bytes(resp: HeartbeatResponse) -> bytes:
+    """The answer's wire bytes, its assignment's sets joined from their kept entries without a
+    protobuf object per task (issue 24: a 10,000-task assignment was built into the message,
+    then serialized again to be sent). The fields are those protobuf writes, not all in field
+    order (a parser takes them in any order): the assignment's connector tokens, its sets,
+    then its task tokens, in the order a repeated field keeps."""
+    head = coordinator_pb2.ConnectGroupHeartbeatResponse(
         error_code=wire_code(resp.error_code),
         error_message=resp.error_message,
         member_epoch=resp.member_epoch,
         heartbeat_interval_ms=resp.heartbeat_interval_ms,
         session_timeout_ms=resp.session_timeout_ms,
         lifecycle_revision=resp.lifecycle_revision,
+    ).SerializeToString()
+    a = resp.assignment
+    if a is None:
+        return head
+    part = coordinator_pb2.Assignment(error=a.error, version=a.version, metadata=a.metadata)
+    add = part.fencing_tokens.add
+    for connector, token in a.tokens.connectors():
+        add(connector=connector, token=token)
+    assignment = b"".join(
+        (
+            part.SerializeToString(),
+            length_delimited(_RESOURCES_FIELD, resources_bytes(a.resources)),
+            task_token_bytes(a.tokens, _TOKENS_FIELD),
+        )
     )
-    if resp.assignment is not None:
-        a = resp.assignment
-        out.assignment.error = a.error
-        out.assignment.version = a.version
-        out.assignment.metadata = a.metadata
-        resources_to(a.resources, out.assignment.connectors_and_tasks)
-        out.assignment.SetInParent()
-        out.assignment.connectors_and_tasks.SetInParent()
-        if a.tokens:
-            tokens_to(a.tokens, out.assignment)
-    return out
+    return head + length_delimited(_ASSIGNMENT_FIELD, assignment)
 
 
 def tokens_to(tokens: FencingTokens, parent: Any, field: str = "fencing_tokens") -> None:
@@ -242,10 +269,16 @@ def tokens_to(tokens: FencingTokens, parent: Any, field: str = "fencing_tokens")
     add = getattr(parent, field).add
     for connector, token in tokens.connectors():
         add(connector=connector, token=token)
-    shards = tokens.by_connector()
-    if shards:
+    if tokens.by_connector():
         number = parent.DESCRIPTOR.fields_by_name[field].number
-        parent.MergeFromString(b"".join([_token_bytes(shards[c], number) for c in sorted(shards)]))
+        parent.MergeFromString(task_token_bytes(tokens, number))
+
+
+def task_token_bytes(tokens: FencingTokens, number: int) -> bytes:
+    """The tasks' FencingToken entries of `tokens` for the repeated field `number`, in
+    (connector, task) order."""
+    shards = tokens.by_connector()
+    return b"".join([_token_bytes(shards[c], number) for c in sorted(shards)])
 
 
 def _token_bytes(held: ConnectorTokens, number: int) -> bytes:

@@ -85,6 +85,16 @@ def _entry(field_key: bytes, body: bytes) -> bytes:
     return field_key + _varint(len(body)) + body
 
 
+def length_delimited(field: int, data: bytes) -> bytes:
+    """Field `field` holding `data` (a message's or a string's bytes), as protobuf writes it."""
+    return _entry(_key(field), data)
+
+
+def connector_entries(connectors: Sequence[str]) -> bytes:
+    """The `ConnectorsAndTasks.connectors` entries (field 1) of `connectors`, in order."""
+    return b"".join([_connector_fields.get(c) or _connector_field(c) for c in connectors])
+
+
 class _Entries:
     """Entry bytes by key; the missing ones built together by `build_many` (one call over
     the misses, not one per entry); bounded (the cache starts afresh)."""

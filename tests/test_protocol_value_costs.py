@@ -90,7 +90,7 @@ def test_tokens_are_ordered_once_and_a_restriction_takes_its_order_from_them() -
 def test_a_large_owned_list_is_decoded_once_however_often_it_arrives() -> None:
     share = ResourceSet.of(["big"], [("big", n) for n in range(wire.WIRE_CACHE_MIN_TASKS * 2)])
     msg = common_pb2.ConnectorsAndTasks()
-    wire._encode(share, msg)  # as a client encodes it
+    msg.MergeFromString(wire._serialized(share))  # as a client encodes it
     decoded_before = wire._wire_sets.decoded
     first = wire.resources_from(msg)
     for _ in range(5):
@@ -114,7 +114,7 @@ def test_a_large_set_sent_is_encoded_once_and_its_echo_is_not_decoded() -> None:
     assert wire.resources_from(echo) is share
     assert wire._wire_sets.decoded == decoded_before
     plain = common_pb2.ConnectorsAndTasks()
-    wire._encode(share, plain)
+    plain.MergeFromString(wire._serialized(share))
     assert plain.SerializeToString() == sent[0]
 
 
@@ -132,7 +132,7 @@ def test_the_sets_kept_are_bounded_by_their_tasks() -> None:
     cache = wire._WireSets(max_tasks=1_000)
     for i in range(10):
         share = ResourceSet.of((), [(f"c{i}", n) for n in range(300)])
-        cache.encode(share, common_pb2.ConnectorsAndTasks())
+        cache.serialized(share)
         cache.decode(wire.resources_to(ResourceSet.of((), [(f"d{i}", n) for n in range(300)])))
     assert cache.decoded == 10 and cache.encoded == 10
     assert sum(len(s.tasks) for s in cache._by_bytes.values()) <= 1_000

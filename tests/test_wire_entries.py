@@ -8,7 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from connect_protocol import wire, wire_entries
-from connect_protocol.resources import ResourceSet, TaskId
+from connect_protocol.errors import ErrorCode
+from connect_protocol.messages import AssignmentMessage, HeartbeatResponse
+from connect_protocol.resources import EMPTY, ResourceSet, TaskId
 from connect_protocol.tokens import FencingTokens
 
 names = st.text(min_size=1, max_size=40)
@@ -23,10 +25,88 @@ def test_a_set_encodes_to_protobufs_own_bytes(connectors: set[str], task_set: se
     by_protobuf = common_pb2.ConnectorsAndTasks(connectors=sorted(connectors))
     for connector, number in sorted(task_set):
         by_protobuf.tasks.add(connector=connector, task=number)
-    ours = common_pb2.ConnectorsAndTasks()
-    wire._encode(share, ours)
+    ours = wire.resources_to(share)
     assert ours.SerializeToString() == by_protobuf.SerializeToString()
+    assert wire.resources_bytes(share) == by_protobuf.SerializeToString(deterministic=True)
     assert wire._decode(ours) == share
+
+
+large_tasks = st.builds(
+    lambda per_connector, skip: {
+        TaskId(f"c{c}", n)
+        for c, count in enumerate(per_connector)
+        for n in range(count)
+        if n % skip
+    },
+    st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=4),
+    st.integers(min_value=2, max_value=9),
+)
+"""Sets of up to 1,200 tasks in gapped runs: above `WIRE_CACHE_MIN_TASKS` and
+`BY_CONNECTOR_FROM` too, so they take the kept-bytes path."""
+
+
+@given(
+    st.one_of(tasks, large_tasks),
+    st.one_of(st.none(), tokens),
+    st.booleans(),
+    st.integers(min_value=-5, max_value=2**31 - 1),
+)
+def test_a_heartbeat_answers_bytes_parse_to_the_message_protobuf_builds(
+    task_set: set[TaskId], grant: int | None, by_connector: bool, epoch: int
+) -> None:
+    """`heartbeat_response_bytes` (the answer as sent, joined from kept entries) parses to the
+    message built field by field through protobuf's API."""
+    connectors = {c for c, _ in task_set}
+    share = (
+        ResourceSet.by_connector_of(frozenset(connectors), sorted(task_set))
+        if by_connector
+        else ResourceSet.of(connectors, task_set)
+    )
+    if grant is None:
+        held = FencingTokens({t: i for i, t in enumerate(sorted(task_set))} | {"x": 3})
+    else:
+        held = FencingTokens.granted(share, grant)
+    answer = HeartbeatResponse(
+        error_code=ErrorCode.NONE,
+        member_epoch=epoch,
+        heartbeat_interval_ms=500,
+        session_timeout_ms=10_000,
+        assignment=AssignmentMessage(share, version=1, metadata=b"m", tokens=held),
+        lifecycle_revision=7,
+    )
+    expected = coordinator_pb2.ConnectGroupHeartbeatResponse(
+        member_epoch=epoch, heartbeat_interval_ms=500, session_timeout_ms=10_000
+    )
+    expected.lifecycle_revision = 7
+    expected.assignment.version = 1
+    expected.assignment.metadata = b"m"
+    expected.assignment.connectors_and_tasks.connectors.extend(sorted(connectors))
+    for connector, number in sorted(task_set):
+        expected.assignment.connectors_and_tasks.tasks.add(connector=connector, task=number)
+    expected.assignment.connectors_and_tasks.SetInParent()
+    for connector, token in held.connectors():
+        expected.assignment.fencing_tokens.add(connector=connector, token=token)
+    for (connector, number), token in sorted(
+        (key, token) for key, token in held.items() if isinstance(key, TaskId)
+    ):
+        expected.assignment.fencing_tokens.add(connector=connector, task=number, token=token)
+    parsed = coordinator_pb2.ConnectGroupHeartbeatResponse.FromString(
+        wire.heartbeat_response_bytes(answer)
+    )
+    assert parsed == expected
+    assert parsed.SerializeToString(deterministic=True) == expected.SerializeToString(
+        deterministic=True
+    )
+    assert wire.heartbeat_response_to_wire(answer) == expected
+
+
+def test_an_answer_without_an_assignment_has_none() -> None:
+    answer = HeartbeatResponse(error_code=ErrorCode.FENCED_MEMBER_EPOCH, error_message="old")
+    parsed = wire.heartbeat_response_to_wire(answer)
+    assert not parsed.HasField("assignment")
+    assert (parsed.error_code, parsed.error_message) == (ErrorCode.FENCED_MEMBER_EPOCH, "old")
+    empty = wire.heartbeat_response_to_wire(HeartbeatResponse(assignment=AssignmentMessage(EMPTY)))
+    assert empty.HasField("assignment") and empty.assignment.HasField("connectors_and_tasks")
 
 
 @given(
@@ -72,7 +152,7 @@ def test_a_task_number_of_zero_is_present_in_a_token_and_absent_in_a_task() -> N
     wire.tokens_to(FencingTokens({TaskId("a", 0): 3}), msg)
     assert msg.fencing_tokens[0].HasField("task") and msg.fencing_tokens[0].task == 0
     plain = common_pb2.ConnectorsAndTasks()
-    wire._encode(ResourceSet.of((), [("a", 0)]), plain)
+    plain.MergeFromString(wire._serialized(ResourceSet.of((), [("a", 0)])))
     assert plain.SerializeToString() == b"\x12\x03\x0a\x01a"
 
 

@@ -58,6 +58,8 @@ from .results import (
 from .selection import GroupProfiles, NoSelection, select_with
 from .selection_index import Profile, SelectionIndex, profile_of
 
+_NOTHING = ResourceSet()
+
 T = TypeVar("T")
 R = TypeVar("R")
 K = TypeVar("K")
@@ -353,59 +355,68 @@ class GroupChange:
 
     def free_for(self, member_id: str, resources: ResourceSet) -> ResourceSet:
         """`resources` less those `connector_owner` / `task_owner` give to another member or a
-        hold: what `member_id` may be given now. The same answer as asking per resource, found
-        by set operations (in C) over `resources`, and a Python step per resource only for
-        those the index gives to another member: a 100,000-task connector put into a group is
-        100,000 lookups no more (issue 24)."""
-        taken_connectors = self._taken(
-            member_id,
-            resources.connectors,
-            lambda m: (m.assigned.connectors, m.pending_revocation.connectors),
-            None if self.state is None else self.state.connector_owner,
-            lambda hold: hold.resources.connectors,
-        )
-        taken_tasks = self._taken(
-            member_id,
-            resources.tasks,
-            lambda m: (m.assigned.tasks, m.pending_revocation.tasks),
-            None if self.state is None else self.state.task_owner,
-            lambda hold: hold.resources.tasks,
-        )
-        if not taken_connectors and not taken_tasks:
-            return resources
-        return resources - ResourceSet(frozenset(taken_connectors), frozenset(taken_tasks))
-
-    def _taken(
-        self,
-        member_id: str,
-        wanted: frozenset[K],
-        owned_in: Callable[[Member], tuple[frozenset[K], frozenset[K]]],
-        index: Mapping[K, str] | None,
-        held_in: Callable[[Hold], frozenset[K]],
-    ) -> set[K]:
-        """Which of `wanted` the owner lookups give to someone other than `member_id`, in their
-        order: a member of this change first (the first that has it), then the index (unless
-        its owner is removed or changed here), then a hold."""
-        taken: set[K] = set()
-        decided: set[K] = set()
+        hold: what `member_id` may be given now. The same answer as asking per resource, in
+        that order (a member of this change first, the first that has it; then the index,
+        unless its owner is removed or changed here; then a hold), found by set operations:
+        with the members of this change on whole sets (by connector for large ones, so a
+        reconciling member's 10,000-task share is not flattened on each heartbeat), and a
+        Python step per resource only for those the index gives to another member (a
+        100,000-task connector put into a group is 100,000 lookups no more; issue 24)."""
+        taken = decided = _NOTHING
         for m in self._members.values():
-            assigned, pending = owned_in(m)
-            has = ((wanted & assigned) | (wanted & pending)) - decided
+            has = ((resources & m.assigned) | (resources & m.pending_revocation)) - decided
+            if not has:
+                continue
             if m.member_id != member_id:
-                taken |= has
-            decided |= has
-        undecided: set[K] = set(wanted)
-        undecided -= decided
-        if index is not None and undecided:
-            committed = None if self.state is None else self.state.members.get(member_id)
+                taken = taken | has
+            decided = decided | has
+        undecided = resources - decided
+        state = self.state
+        if state is not None and undecided:
+            committed = state.members.get(member_id)
             if (
                 committed is not None
                 and member_id not in self._members
                 and member_id not in self._removed
-            ):
-                mine = owned_in(committed)  # indexed to member_id: free, and decided
-                undecided.difference_update(mine[0])
-                undecided.difference_update(mine[1])
+            ):  # indexed to member_id: free, and decided
+                undecided = undecided - committed.assigned - committed.pending_revocation
+        if undecided:
+            by_index = ResourceSet(
+                frozenset(
+                    self._taken(
+                        member_id,
+                        set(undecided.connectors),
+                        None if state is None else state.connector_owner,
+                        lambda hold: hold.resources.connectors,
+                    )
+                ),
+                frozenset(
+                    self._taken(
+                        member_id,
+                        set(undecided.tasks),
+                        None if state is None else state.task_owner,
+                        lambda hold: hold.resources.tasks,
+                    )
+                ),
+            )
+            if by_index:
+                taken = taken | by_index
+        if not taken:
+            return resources
+        return resources - taken
+
+    def _taken(
+        self,
+        member_id: str,
+        undecided: set[K],
+        index: Mapping[K, str] | None,
+        held_in: Callable[[Hold], frozenset[K]],
+    ) -> set[K]:
+        """Which of `undecided` (none of them had by a member of this change) the index gives
+        to someone other than `member_id` (unless its owner is removed or changed here), then
+        a hold. Consumes `undecided`."""
+        taken: set[K] = set()
+        if index is not None and undecided:
             for resource in index.keys() & undecided:
                 owner = index[resource]
                 if owner in self._removed or owner in self._members:

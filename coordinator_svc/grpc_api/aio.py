@@ -109,7 +109,7 @@ class AsyncCoordinatorServicer(_Pooled):
             if answer is not None:
                 return answer
         return await run_in_pool(
-            self.pool, self.sync.ConnectGroupHeartbeat, request, context, principal
+            self.pool, self.sync.heartbeat_serialized, request, context, principal
         )
 
     ConnectGroupPrepareAssignment = _pooled("ConnectGroupPrepareAssignment")

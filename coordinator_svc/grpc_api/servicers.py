@@ -78,6 +78,7 @@ from ..store import StoreUnavailable
 from ..store.acl_store import AclCaller
 from . import convert
 from .context import CallIdentity, Context
+from .serialized import SerializedAnswer
 
 log = logging.getLogger("coordinator.grpc")
 
@@ -116,6 +117,22 @@ def _carries_assignment(resp: HeartbeatResponse) -> bool:
     """Whether a heartbeat's answer hands the member resources (and their fencing tokens): never
     sent from a state whose commit is still in flight (`runtime.group_commit`)."""
     return resp.assignment is not None
+
+
+HeartbeatAnswer = (
+    coordinator_pb2.ConnectGroupHeartbeatResponse
+    | SerializedAnswer[coordinator_pb2.ConnectGroupHeartbeatResponse]
+)
+"""A heartbeat's answer: an error answer as a message, a handled one as its bytes."""
+
+
+def _heartbeat_answer(resp: HeartbeatResponse) -> HeartbeatAnswer:
+    """The handler's answer as its wire bytes, the assignment's sets joined from their kept
+    entries (`heartbeat_response_bytes`), never built as protobuf objects."""
+    return SerializedAnswer(
+        protocol_wire.heartbeat_response_bytes(resp),
+        coordinator_pb2.ConnectGroupHeartbeatResponse,
+    )
 
 
 def _steady_rule(req: HeartbeatRequest) -> Steady:
@@ -309,13 +326,21 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
     def ConnectGroupHeartbeat(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Context
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+        answer = self.heartbeat_serialized(request, context)
+        return answer.message() if isinstance(answer, SerializedAnswer) else answer
+
+    def heartbeat_serialized(
+        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Context
+    ) -> HeartbeatAnswer:
+        """`ConnectGroupHeartbeat`'s answer as the serving loop sends it (`aio`): a handled
+        heartbeat's as its bytes, never built as a message."""
         return self._serve(
             "ConnectGroupHeartbeat",
             context,
             request,
             protocol_wire.heartbeat_request_from_wire,
             functools.partial(heartbeat, group_version=self.features.group_version),
-            protocol_wire.heartbeat_response_to_wire,
+            _heartbeat_answer,
             functools.partial(
                 convert.error_answer,
                 coordinator_pb2.ConnectGroupHeartbeatResponse,
@@ -326,7 +351,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
 
     def steady_heartbeat(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, principal: str
-    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse | None:
+    ) -> HeartbeatAnswer | None:
         """The answer to a heartbeat that changes nothing, worked out at once on the calling
         thread, without waiting for the group's lock or touching the database
         (`GroupManager.execute_if_steady`); None when it needs `ConnectGroupHeartbeat`, which
@@ -362,7 +387,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
             self.manager.metrics.errors.labels(
                 "ConnectGroupHeartbeat", ErrorCode(resp.error_code).name
             ).inc()
-        return protocol_wire.heartbeat_response_to_wire(resp)
+        return _heartbeat_answer(resp)
 
     def ConnectGroupPrepareAssignment(
         self, request: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, context: Context

@@ -303,7 +303,7 @@ def test_the_event_loop_does_not_try_a_heartbeat_with_a_big_owned_list() -> None
             self.tried.append(len(request.connectors_and_tasks.tasks))
             return None
 
-        def ConnectGroupHeartbeat(self, request: Any, context: Any) -> str:
+        def heartbeat_serialized(self, request: Any, context: Any) -> str:
             return "pool"
 
     class Context:
