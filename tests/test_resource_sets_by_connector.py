@@ -209,3 +209,11 @@ def test_a_union_of_many_shares_keeps_each_connector_held_once() -> None:
     assert overlapping.by_connector()["c000"] == frozenset(
         [*shares[0].by_connector()["c000"], TaskId("c000", 500)]
     )
+
+
+@given(plain_sets, st.sampled_from(range(len(FORMS))), st.integers(0, 30))
+def test_the_first_tasks_are_the_start_of_the_order(x: Plain, fx: int, limit: int) -> None:
+    """`first_tasks` (a log line's few tasks) is the start of `ordered_tasks`, in any form."""
+    s = FORMS[fx](x)
+    assert s.first_tasks(limit) == sorted(x[1])[:limit]
+    assert s.first_tasks(limit) == list(s.ordered_tasks()[:limit])
