@@ -81,11 +81,15 @@ async def run_in_pool(
 AsyncMethod = Callable[[Any, grpc.aio.ServicerContext, str], Awaitable[Any]]
 
 
-def _pooled(name: str) -> AsyncMethod:
+def _pooled(name: str, sync_name: str | None = None) -> AsyncMethod:
+    """The RPC `name`, run on the pool by the sync servicer's `sync_name` (default: `name`;
+    a method that answers a `SerializedAnswer` where the gRPC method answers a message)."""
+    target = sync_name or name
+
     async def method(
         self: _Pooled, request: Any, context: grpc.aio.ServicerContext, principal: str
     ) -> Any:
-        return await run_in_pool(self.pool, getattr(self.sync, name), request, context, principal)
+        return await run_in_pool(self.pool, getattr(self.sync, target), request, context, principal)
 
     method.__name__ = name
     return method  # type: ignore[return-value]
@@ -112,7 +116,7 @@ class AsyncCoordinatorServicer(_Pooled):
             self.pool, self.sync.heartbeat_serialized, request, context, principal
         )
 
-    ConnectGroupPrepareAssignment = _pooled("ConnectGroupPrepareAssignment")
+    ConnectGroupPrepareAssignment = _pooled("ConnectGroupPrepareAssignment", "prepare_serialized")
     ConnectGroupInstallAssignment = _pooled("ConnectGroupInstallAssignment")
     ConnectGroupConfigs = _pooled("ConnectGroupConfigs")
     ConnectGroupReportStatus = _pooled("ConnectGroupReportStatus")

@@ -35,3 +35,8 @@ class SerializedAnswer(Generic[M]):
 
     def __repr__(self) -> str:
         return f"SerializedAnswer({self.message()!r})"
+
+
+def as_message(answer: M | SerializedAnswer[M]) -> M:
+    """The answer as a message, for a server that serializes answers itself."""
+    return answer.message() if isinstance(answer, SerializedAnswer) else answer

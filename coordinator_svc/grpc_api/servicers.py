@@ -78,7 +78,7 @@ from ..store import StoreUnavailable
 from ..store.acl_store import AclCaller
 from . import convert
 from .context import CallIdentity, Context
-from .serialized import SerializedAnswer
+from .serialized import SerializedAnswer, as_message
 
 log = logging.getLogger("coordinator.grpc")
 
@@ -124,6 +124,12 @@ HeartbeatAnswer = (
     | SerializedAnswer[coordinator_pb2.ConnectGroupHeartbeatResponse]
 )
 """A heartbeat's answer: an error answer as a message, a handled one as its bytes."""
+
+PrepareAnswer = (
+    coordinator_pb2.ConnectGroupPrepareAssignmentResponse
+    | SerializedAnswer[coordinator_pb2.ConnectGroupPrepareAssignmentResponse]
+)
+"""A Prepare's answer: an error answer as a message, a handled one as its bytes."""
 
 
 def _heartbeat_answer(resp: HeartbeatResponse) -> HeartbeatAnswer:
@@ -326,8 +332,7 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
     def ConnectGroupHeartbeat(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Context
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-        answer = self.heartbeat_serialized(request, context)
-        return answer.message() if isinstance(answer, SerializedAnswer) else answer
+        return as_message(self.heartbeat_serialized(request, context))
 
     def heartbeat_serialized(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Context
@@ -392,10 +397,20 @@ class CoordinatorServicer(_Base, coordinator_pb2_grpc.ConnectGroupCoordinatorSer
     def ConnectGroupPrepareAssignment(
         self, request: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, context: Context
     ) -> coordinator_pb2.ConnectGroupPrepareAssignmentResponse:
-        def encode(
-            answer: PrepareView | PrepareResponse,
-        ) -> coordinator_pb2.ConnectGroupPrepareAssignmentResponse:
-            return convert.prepare_response(finish_prepare(answer))
+        return as_message(self.prepare_serialized(request, context))
+
+    def prepare_serialized(
+        self, request: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, context: Context
+    ) -> PrepareAnswer:
+        """`ConnectGroupPrepareAssignment`'s answer as the serving loop sends it (`aio`): a
+        prepared view as its bytes (`convert.prepare_response_bytes`), never built as a
+        message."""
+
+        def encode(answer: PrepareView | PrepareResponse) -> PrepareAnswer:
+            return SerializedAnswer(
+                convert.prepare_response_bytes(finish_prepare(answer)),
+                coordinator_pb2.ConnectGroupPrepareAssignmentResponse,
+            )
 
         return self._serve(
             "ConnectGroupPrepareAssignment",
