@@ -574,15 +574,15 @@ def _moves(
     # in neither map, and one in either map changed its owner.
     # A connector may be named like another's task ("c-1" and task 1 of "c"): the kind breaks
     # the tie, so no two keys are equal and the owners (a name or None) are never compared.
-    # Built by C calls over the moved resources (5,000 moved tasks took 25 ms a Python step
-    # each), the tasks named as `TaskId.__str__` names them.
+    # Built by C calls over the moved resources but the tasks' names (as `TaskId.__str__`
+    # names them, without its call): 5,000 moved tasks took 25 ms a Python step each.
     moved = list(before.keys() | after.keys())
     moved_tasks = list(tasks_before.keys() | tasks_after.keys())
     named = sorted_in_chunks(
         [
             *zip(moved, repeat(False), map(before.get, moved), map(after.get, moved)),
             *zip(
-                map("{0[0]}-{0[1]}".format, moved_tasks),
+                [f"{connector}-{number}" for connector, number in moved_tasks],
                 repeat(True),
                 map(tasks_before.get, moved_tasks),
                 map(tasks_after.get, moved_tasks),
