@@ -147,9 +147,9 @@ def resources_to(
 
 
 def resources_bytes(resources: ResourceSet) -> bytes:
-    """`resources` as a serialized ConnectorsAndTasks, each kind sorted (what protobuf's
-    deterministic serialization of `resources_to(resources)` is); a large set encoded or
-    decoded lately is not built again."""
+    """`resources` as a serialized ConnectorsAndTasks, each kind sorted (the bytes protobuf's
+    deterministic serialization writes for it); a large set encoded or decoded lately is not
+    built again: one decoded from a client comes back as that client's bytes, in its order."""
     if resources.task_count() < WIRE_CACHE_MIN_TASKS:
         return _serialized(resources)
     return _wire_sets.serialized(resources)

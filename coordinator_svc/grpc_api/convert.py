@@ -92,8 +92,8 @@ def prepare_response_bytes(resp: PrepareResponse) -> bytes:
     """The answer's wire bytes, each member's owned set and target share joined from their
     kept entries (`resources_bytes`) without a protobuf object per task: a 100,000-task
     group's Prepare was built into a message of 200,000 task entries and serialized again
-    (issue 24). The fields are those protobuf writes, the repeated ones in order; a set with
-    nothing in it is absent, as protobuf leaves an empty merge."""
+    (issue 24). The fields are those protobuf writes, the repeated ones in order; every set
+    is present, an empty one too (`PreparedMember.connectors_and_tasks` is always present)."""
     head = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
         error_code=wire_code(resp.error_code),
         error_message=resp.error_message,
@@ -132,10 +132,7 @@ def prepare_response_bytes(resp: PrepareResponse) -> bytes:
 def _entry(field: int, message: Message, set_field: int, resources: ResourceSet) -> bytes:
     """`message` with `resources` in its ConnectorsAndTasks field `set_field`, as an entry of
     the repeated field `field`."""
-    data = message.SerializeToString()
-    encoded = resources_bytes(resources)
-    if encoded:
-        data += length_delimited(set_field, encoded)
+    data = message.SerializeToString() + length_delimited(set_field, resources_bytes(resources))
     return length_delimited(field, data)
 
 
