@@ -250,9 +250,7 @@ def heartbeat_response_bytes(resp: HeartbeatResponse) -> bytes:
     if a is None:
         return head
     part = coordinator_pb2.Assignment(error=a.error, version=a.version, metadata=a.metadata)
-    add = part.fencing_tokens.add
-    for connector, token in a.tokens.connectors():
-        add(connector=connector, token=token)
+    _connector_tokens_to(a.tokens, part.fencing_tokens)
     assignment = b"".join(
         (
             part.SerializeToString(),
@@ -266,12 +264,17 @@ def heartbeat_response_bytes(resp: HeartbeatResponse) -> bytes:
 def tokens_to(tokens: FencingTokens, parent: Any, field: str = "fencing_tokens") -> None:
     """Append `tokens` to `parent`'s repeated FencingToken field `field`: the connectors'
     tokens, then the tasks' (their entries' bytes kept, see `wire_entries`)."""
-    add = getattr(parent, field).add
-    for connector, token in tokens.connectors():
-        add(connector=connector, token=token)
+    _connector_tokens_to(tokens, getattr(parent, field))
     if tokens.by_connector():
         number = parent.DESCRIPTOR.fields_by_name[field].number
         parent.MergeFromString(task_token_bytes(tokens, number))
+
+
+def _connector_tokens_to(tokens: FencingTokens, repeated: Any) -> None:
+    """Append the connectors' tokens of `tokens` to a repeated FencingToken field."""
+    add = repeated.add
+    for connector, token in tokens.connectors():
+        add(connector=connector, token=token)
 
 
 def task_token_bytes(tokens: FencingTokens, number: int) -> bytes:

@@ -14,7 +14,13 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from connect_protocol.configs import Readable
-from connect_protocol.resources import ResourceSet, TaskId, catalogue_resources, catalogue_with
+from connect_protocol.resources import (
+    EMPTY,
+    ResourceSet,
+    TaskId,
+    catalogue_resources,
+    catalogue_with,
+)
 
 from .classic_model import PendingId, RoundChange
 from .model import (
@@ -57,8 +63,6 @@ from .results import (
 )
 from .selection import GroupProfiles, NoSelection, select_with
 from .selection_index import Profile, SelectionIndex, profile_of
-
-_NOTHING = ResourceSet()
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -362,7 +366,7 @@ class GroupChange:
         reconciling member's 10,000-task share is not flattened on each heartbeat), and a
         Python step per resource only for those the index gives to another member (a
         100,000-task connector put into a group is 100,000 lookups no more; issue 24)."""
-        taken = decided = _NOTHING
+        taken = decided = EMPTY
         for m in self._members.values():
             has = ((resources & m.assigned) | (resources & m.pending_revocation)) - decided
             if not has:
