@@ -3,7 +3,7 @@ coordinator writes (coordinator_svc/core/*.py: `change.event(...)`; for classic 
 contract of docs/plan-issue25-classic-groups.md 3.4), and resource sets.
 
 A resource set is stored as `{"connectors": [...], "tasks": [{"connector", "task"}]}`, or, above
-256 tasks, with its tasks as runs `"task_ranges": [{"connector", "first", "last"}]`
+32 tasks, with its tasks as runs `"task_ranges": [{"connector", "first", "last"}]`
 (`coordinator_svc.store.stored_sets`); a resource is named as the coordinator names it: a
 connector `A`, a task `A-0`.
 """

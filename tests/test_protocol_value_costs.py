@@ -275,3 +275,40 @@ def test_a_catalogue_changed_keeps_its_order_right(
     assert result.tasks == expected
     assert result.connectors == set(counts)
     assert list(result.ordered_tasks()) == sorted(expected)
+
+
+def test_a_mid_size_echo_is_looked_up_and_smaller_sets_are_decoded_each_time() -> None:
+    """From `WIRE_ECHO_MIN_TASKS` tasks a set sent is found again by its echo's bytes (an owned
+    list of 100 tasks while a large group forms), below it every message is decoded."""
+    mid = ResourceSet.of(["mid"], [("mid", n) for n in range(wire.WIRE_ECHO_MIN_TASKS)])
+    small = ResourceSet.of(["tiny"], [("tiny", n) for n in range(wire.WIRE_ECHO_MIN_TASKS - 1)])
+    encoded_before, decoded_before = wire._wire_sets.encoded, wire._wire_sets.decoded
+    echo = common_pb2.ConnectorsAndTasks.FromString(wire.resources_to(mid).SerializeToString())
+    assert wire._wire_sets.encoded - encoded_before == 1
+    assert wire.resources_from(echo) is mid
+    assert wire._wire_sets.decoded == decoded_before
+    small_echo = common_pb2.ConnectorsAndTasks.FromString(wire.resources_bytes(small))
+    first, second = wire.resources_from(small_echo), wire.resources_from(small_echo)
+    assert first == second == small and first is not second
+    assert wire._wire_sets.encoded - encoded_before == 1
+
+
+def test_a_mid_size_set_in_the_senders_order_is_decoded_once_and_sent_sorted() -> None:
+    """A mid-size list that is not sorted is decoded once however often it arrives, and a set
+    decoded from it is sent back sorted, as every answer sends a set of that size (only a
+    large set comes back in its sender's bytes)."""
+    tasks = [("rev", n) for n in reversed(range(wire.WIRE_ECHO_MIN_TASKS + 5))]
+    msg = common_pb2.ConnectorsAndTasks(connectors=["rev"])
+    for connector, number in tasks:
+        msg.tasks.add(connector=connector, task=number)
+    decoded_before = wire._wire_sets.decoded
+    first = wire.resources_from(msg)
+    assert (
+        wire.resources_from(common_pb2.ConnectorsAndTasks.FromString(msg.SerializeToString()))
+        is first
+    )
+    assert wire._wire_sets.decoded - decoded_before == 1
+    assert first == ResourceSet.of(["rev"], tasks)
+    sent = common_pb2.ConnectorsAndTasks.FromString(wire.resources_bytes(first))
+    assert [(t.connector, t.task) for t in sent.tasks] == sorted(tasks)
+    assert list(sent.connectors) == ["rev"]
