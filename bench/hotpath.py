@@ -65,6 +65,22 @@ def group_state(manager: GroupManager, group_id: str) -> Any:
     return manager.execute(group_id, lambda s, _t: Result([], s))
 
 
+def chunked(member_ids: list[str], catalogue: dict[str, int]) -> dict[str, Any]:
+    """Connectors dealt in turn, tasks in contiguous runs of the sorted catalogue, the floor or
+    the ceiling each (a forming group's shares under the sticky assignors)."""
+    ids = sorted(member_ids)
+    tasks = [(name, t) for name in sorted(catalogue) for t in range(catalogue[name])]
+    share, extra = divmod(len(tasks), len(ids))
+    out: dict[str, Any] = {}
+    at = 0
+    for i, member_id in enumerate(ids):
+        size = share + (i < extra)
+        connectors = frozenset(sorted(catalogue)[i :: len(ids)])
+        out[member_id] = (connectors, frozenset(tasks[at : at + size]))
+        at += size
+    return out
+
+
 def per_call_us(fn: Callable[[], Any], n: int) -> float:
     fn()
     started = time.perf_counter()
@@ -81,6 +97,12 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=5000, help="calls per steady measurement")
     parser.add_argument("--pairs", type=int, default=200, help="join+leave pairs")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--chunked",
+        action="store_true",
+        help="each member's tasks one run of the sorted catalogue (as the sticky assignors "
+        "place them), not dealt one by one",
+    )
     args = parser.parse_args()
 
     ctx = Ctx()
@@ -125,7 +147,8 @@ def main() -> int:
                 ),
                 ctx,
             )
-            target = round_robin(
+            deal = chunked if args.chunked else round_robin
+            target = deal(
                 [m.member_id for m in prep.members], {c.name: c.task_count for c in prep.catalogue}
             )
             install = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
