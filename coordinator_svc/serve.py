@@ -109,8 +109,6 @@ def serve(args: argparse.Namespace) -> int:
             extra=logs.fields(event="stored_set_form", stored_set_form=stored_set_form),
         )
     metrics = Metrics()
-    gc_pauses.tune()
-    gc_pauses.observe(metrics.gc_pauses)
     manager = GroupManager(store, defaults, metrics)
     tls = (
         ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca or None, args.tls_crl or None)
@@ -166,6 +164,11 @@ def serve(args: argparse.Namespace) -> int:
             answer.serving, unanswered_s
         ),
     )
+    # Only once nothing can refuse the start any more (a bad certificate or CRL returns 2
+    # above): a process that `main` returns from keeps no collector callback of a server that
+    # never ran (the tests call it in-process).
+    gc_pauses.tune()
+    gc_observer = gc_pauses.observe(metrics.gc_pauses)
     manager.start()
     server.start()
     readiness.start(revisions)
@@ -200,6 +203,7 @@ def serve(args: argparse.Namespace) -> int:
     authorizer.stop()
     manager.stop()
     store.close()
+    gc_pauses.stop_observing(gc_observer)
     log.info("stopped", extra=logs.fields(event="stopped"))
     return 0
 

@@ -7,6 +7,7 @@ closed (the client's next calls go through a new connection); bad flag values ar
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from connect_protocol.tls import TlsConfigError
 from coordinator_svc.cli import main
 from coordinator_svc.grpc_api.revocation import RevocationList
 from coordinator_svc.grpc_api.tls import ServerTls
+from coordinator_svc.runtime.gc_pauses import PauseObserver
 from tests.support.agents import wait_for
 from tests.support.certs import CertificateAuthority, Issued
 from tests.support.client import ScriptedWorker
@@ -215,6 +217,9 @@ def test_serve_exits_2_on_an_unparsable_crl(
     )
     assert code == 2
     assert "does not parse" in capsys.readouterr().err
+    # A start refused leaves no collector callback behind in the process that called `main`
+    # (one left here logged to a closed stream at the end of the test run).
+    assert not [c for c in gc.callbacks if isinstance(c, PauseObserver)]
 
 
 @pytest.mark.parametrize(
