@@ -68,14 +68,14 @@ def group_state(manager: GroupManager, group_id: str) -> Any:
 def chunked(member_ids: list[str], catalogue: dict[str, int]) -> dict[str, Any]:
     """Connectors dealt in turn, tasks in contiguous runs of the sorted catalogue, the floor or
     the ceiling each (a forming group's shares under the sticky assignors)."""
-    ids = sorted(member_ids)
-    tasks = [(name, t) for name in sorted(catalogue) for t in range(catalogue[name])]
+    ids, names = sorted(member_ids), sorted(catalogue)
+    tasks = [(name, t) for name in names for t in range(catalogue[name])]
     share, extra = divmod(len(tasks), len(ids))
     out: dict[str, Any] = {}
     at = 0
     for i, member_id in enumerate(ids):
         size = share + (i < extra)
-        connectors = frozenset(sorted(catalogue)[i :: len(ids)])
+        connectors = frozenset(names[i :: len(ids)])
         out[member_id] = (connectors, frozenset(tasks[at : at + size]))
         at += size
     return out

@@ -66,14 +66,7 @@ class _WireSets:
         found = self._by_bytes.get(key)
         if found is not None:
             return found
-        decoded: ResourceSet | None = None
-        if large:
-            decoded = _seen_connector_tasks.read(key)  # by connector, seen ones not read again
-            if decoded is None:
-                split = split_resources(key)
-                decoded = _decode_large(msg) if split is None else _listed(*split)
-        else:
-            decoded = _decode(msg)
+        decoded = _read_large(msg, key) if large else _decode(msg)
         with self._lock:
             self.decoded += 1
             self._keep(key, decoded, encodes=large)
@@ -138,6 +131,16 @@ def _decode(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
     )
 
 
+def _read_large(msg: common_pb2.ConnectorsAndTasks, data: bytes) -> ResourceSet:
+    """A large set from its message and bytes: by connector (seen connectors not read again),
+    else from its entries, else by protobuf."""
+    found = _seen_connector_tasks.read(data)
+    if found is not None:
+        return found
+    split = split_resources(data)
+    return _decode_large(msg) if split is None else _listed(*split)
+
+
 def _decode_large(msg: common_pb2.ConnectorsAndTasks) -> ResourceSet:
     """`_decode`, keeping the list's order when it is sorted (`_listed`)."""
     return _listed(msg.connectors, list(map(_task_id, map(_connector_and_task, msg.tasks))))
@@ -167,8 +170,9 @@ def resources_to(
 
 def resources_bytes(resources: ResourceSet) -> bytes:
     """`resources` as a serialized ConnectorsAndTasks, each kind sorted (the bytes protobuf's
-    deterministic serialization writes for it); a large set encoded or decoded lately is not
-    built again: one decoded from a client comes back as that client's bytes, in its order."""
+    deterministic serialization writes for it); a set of `WIRE_ECHO_MIN_TASKS` or more encoded
+    lately is not built again, nor a large one decoded lately (which comes back as its
+    sender's bytes, in its order)."""
     if resources.task_count() < WIRE_ECHO_MIN_TASKS:
         return _serialized(resources)
     return _wire_sets.serialized(resources)
