@@ -9,6 +9,7 @@ create databases), else a throwaway cluster started for the session
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -43,3 +44,20 @@ def database_url(postgres_admin_url: str) -> Iterator[str]:
         yield url
     finally:
         drop_database(postgres_admin_url, name)
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_log_handler() -> Iterator[None]:
+    """A test that runs the CLI in-process (`main(["serve", ...])`) lets it configure logging:
+    the root logger's handlers become one StreamHandler on the sys.stderr of that moment, which
+    is pytest's capture of that test. Left behind, every later record went to a closed stream
+    and printed a "--- Logging error ---" traceback (alembic's migrations in later tests'
+    setup, a lease test's commit): slow enough in a loaded run to outlast a 300 ms lease's
+    idle-in-transaction timeout. Removed after each test, with the root level it had."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler and handler not in before:
+            root.removeHandler(handler)
+    root.setLevel(level)
